@@ -1,0 +1,62 @@
+from django.contrib import admin
+
+from agentportal.models import ApiKey, Membership, Merchant
+from agentportal.selectors import merchants_supervised_by
+
+
+class MerchantScopedAdmin(admin.ModelAdmin):
+    """Supervisors see only their shops' rows, choices and filters; operators see all."""
+
+    merchant_field = "merchant"
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(
+            **{f"{self.merchant_field}__in": merchants_supervised_by(user=request.user)}
+        )
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "merchant" and not request.user.is_superuser:
+            kwargs["queryset"] = merchants_supervised_by(user=request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class ReadOnlyAdminMixin:
+    """Records written only by services: shown, never edited by hand."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Merchant)
+class MerchantAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "active", "max_running_runs", "reserved_slots"]
+    search_fields = ["slug", "name"]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(pk__in=merchants_supervised_by(user=request.user))
+
+
+@admin.register(Membership)
+class MembershipAdmin(MerchantScopedAdmin):
+    list_display = ["user", "merchant", "role", "active", "revoked_at"]
+    list_filter = ["role", "active"]
+    search_fields = ["user__username", "merchant__slug"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
+    list_display = ["prefix", "merchant", "user", "role", "created_at", "revoked_at"]
+    list_filter = ["role"]
+    exclude = ["key_hash"]

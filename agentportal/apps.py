@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AgentPortalConfig(AppConfig):
+    name = "agentportal"
+    verbose_name = "Tenancy and access"

@@ -1,0 +1,42 @@
+"""Who is calling: the merchant, the effective role and the user behind a request."""
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import User
+
+from agentportal.models import ApiKey, Merchant, Role
+
+
+@dataclass(frozen=True)
+class Principal:
+    merchant: Merchant
+    role: str  # customer | supervisor | operator | service
+    user: User | None = None
+    api_key: ApiKey | None = None
+
+    # DRF's IsAuthenticated asks the request's user; a service key has no user, so the
+    # principal itself stands in for it.
+    is_authenticated = True
+
+    @property
+    def is_service(self) -> bool:
+        return self.role == "service"
+
+    @property
+    def is_customer(self) -> bool:
+        return self.role == Role.CUSTOMER
+
+    @property
+    def can_supervise(self) -> bool:
+        return self.role in (Role.SUPERVISOR, Role.OPERATOR)
+
+    @property
+    def scope(self) -> str:
+        """What idempotency keys are scoped to: the user, or the merchant for service keys."""
+        if self.user is not None:
+            return f"user:{self.user.pk}"
+        return f"service:{self.merchant.pk}"
+
+    @property
+    def name(self) -> str:
+        return self.user.get_username() if self.user else f"service:{self.merchant.slug}"

@@ -1,0 +1,190 @@
+"""RFC 9457 problem responses for every API error."""
+
+import json
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from rest_framework import exceptions
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/problem+json"
+
+TITLES = {
+    "validation_error": "Invalid request",
+    "idempotency_key_missing": "Idempotency-Key header required",
+    "unknown_command": "Unknown command",
+    "not_authenticated": "Authentication required",
+    "permission_denied": "Permission denied",
+    "not_found": "Not found",
+    "run_not_found": "Run not found",
+    "method_not_allowed": "Method not allowed",
+    "not_acceptable": "Not acceptable",
+    "unsupported_media_type": "Unsupported media type",
+    "interrupt_mismatch": "Interrupt does not match",
+    "already_decided": "Already decided",
+    "version_conflict": "Version conflict",
+    "not_waiting": "Run is not waiting",
+    "run_finished": "Run has finished",
+    "invalid_transition": "Invalid transition",
+    "idempotency_key_in_flight": "Request with this Idempotency-Key in flight",
+    "conversation_closed": "Conversation closed",
+    "interrupt_expired": "Interrupt expired",
+    "snapshot_invalid": "State snapshot invalid",
+    "snapshot_version_unsupported": "State snapshot version unsupported",
+    "idempotency_key_reused": "Idempotency-Key reused with another request",
+    "too_many_open_runs": "Too many open runs",
+    "rate_limited": "Too many requests",
+    "server_error": "Internal server error",
+}
+
+
+class Problem(Exception):
+    """An error with a stable code; raised by services, rendered by the API and the pages."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str = "",
+        *,
+        errors: list[dict[str, str]] | None = None,
+        **extensions: Any,
+    ):
+        super().__init__(detail or code)
+        self.status = status
+        self.code = code
+        self.detail = detail or TITLES.get(code, code)
+        self.errors = errors
+        self.extensions = extensions
+
+
+def problem_body(
+    *, request: HttpRequest | None, status: int, code: str, detail: str, errors=None, **extra
+):
+    body = {
+        "type": f"/problems/{code}",
+        "title": TITLES.get(code, code.replace("_", " ").capitalize()),
+        "status": status,
+        "detail": detail,
+        "instance": request.path if request is not None else None,
+        "code": code,
+    }
+    if request is not None:
+        body["type"] = request.build_absolute_uri(body["type"])
+    if errors is not None:
+        body["errors"] = errors
+    body.update(extra)
+    return body
+
+
+def problem_response(
+    request: HttpRequest | None,
+    status: int,
+    code: str,
+    detail: str,
+    *,
+    errors=None,
+    headers: dict[str, str] | None = None,
+    **extra,
+) -> HttpResponse:
+    body = problem_body(
+        request=request, status=status, code=code, detail=detail, errors=errors, **extra
+    )
+    response = HttpResponse(json.dumps(body, default=str), status=status, content_type=CONTENT_TYPE)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def from_problem(request: HttpRequest | None, problem: Problem) -> HttpResponse:
+    return problem_response(
+        request,
+        problem.status,
+        problem.code,
+        problem.detail,
+        errors=problem.errors,
+        **problem.extensions,
+    )
+
+
+def flatten_errors(detail: Any, prefix: str = "") -> list[dict[str, str]]:
+    """DRF's nested error detail as a flat list of {field, message}."""
+    if isinstance(detail, dict):
+        errors = []
+        for key, value in detail.items():
+            field = key if key != "non_field_errors" else ""
+            errors.extend(
+                flatten_errors(value, f"{prefix}.{field}" if prefix and field else prefix or field)
+            )
+        return errors
+    if isinstance(detail, list):
+        if all(not isinstance(item, (dict, list)) for item in detail):
+            return [{"field": prefix, "message": str(item)} for item in detail]
+        errors = []
+        for index, item in enumerate(detail):
+            errors.extend(flatten_errors(item, f"{prefix}[{index}]"))
+        return errors
+    return [{"field": prefix, "message": str(detail)}]
+
+
+def exception_handler(exc: Exception, context: dict) -> HttpResponse:
+    """DRF's EXCEPTION_HANDLER: every error, expected or not, becomes a problem response.
+
+    It returns a plain HttpResponse, so DRF does not re-render it through content
+    negotiation: the content type is application/problem+json whatever the client accepts.
+    """
+    request = context.get("request")
+    if isinstance(exc, Problem):
+        return from_problem(request, exc)
+    if isinstance(exc, exceptions.ValidationError):
+        return problem_response(
+            request,
+            400,
+            "validation_error",
+            "The request is not valid.",
+            errors=flatten_errors(exc.detail),
+        )
+    if isinstance(exc, exceptions.ParseError):
+        return problem_response(
+            request,
+            400,
+            "validation_error",
+            str(exc.detail),
+            errors=[{"field": "", "message": str(exc.detail)}],
+        )
+    if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+        return problem_response(
+            request,
+            401,
+            "not_authenticated",
+            str(exc.detail),
+            headers={"WWW-Authenticate": 'Bearer realm="api"'},
+        )
+    if isinstance(exc, (exceptions.PermissionDenied, DjangoPermissionDenied)):
+        detail = getattr(exc, "detail", None) or "You may not do this."
+        return problem_response(request, 403, "permission_denied", str(detail))
+    if isinstance(exc, (exceptions.NotFound, Http404)):
+        return problem_response(request, 404, "not_found", "Not found.")
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        return problem_response(request, 405, "method_not_allowed", str(exc.detail))
+    if isinstance(exc, exceptions.NotAcceptable):
+        return problem_response(request, 406, "not_acceptable", str(exc.detail))
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        return problem_response(request, 415, "unsupported_media_type", str(exc.detail))
+    if isinstance(exc, exceptions.Throttled):
+        return problem_response(request, 429, "rate_limited", str(exc.detail))
+    if isinstance(exc, exceptions.APIException):
+        return problem_response(request, exc.status_code, "error", str(exc.detail))
+    logger.exception("unhandled error in %s", request.path if request else "API")
+    return problem_response(request, 500, "server_error", "Something went wrong on our side.")
+
+
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return problem_response(request, 404, "not_found", "No such resource.")
+
+
+def api_server_error(request: HttpRequest) -> HttpResponse:
+    return problem_response(request, 500, "server_error", "Something went wrong on our side.")

@@ -1,0 +1,34 @@
+from django.contrib.auth.models import User
+
+from agentportal.models import Membership, Merchant, Role
+
+
+def membership_current(*, user: User, merchant: Merchant) -> Membership | None:
+    """The user's active membership in the merchant, read now (never cached on a key)."""
+    return Membership.objects.filter(user=user, merchant=merchant, active=True).first()
+
+
+def customer_membership_by_username(*, merchant: Merchant, username: str) -> Membership | None:
+    return (
+        Membership.objects.select_related("user")
+        .filter(merchant=merchant, user__username=username, role=Role.CUSTOMER, active=True)
+        .first()
+    )
+
+
+def supervisor_memberships(*, merchant: Merchant):
+    return Membership.objects.select_related("user").filter(
+        merchant=merchant, active=True, role__in=[Role.SUPERVISOR, Role.OPERATOR]
+    )
+
+
+def merchants_supervised_by(*, user: User):
+    """Merchants a staff user may see in the admin; operators and superusers see all."""
+    if (
+        user.is_superuser
+        or Membership.objects.filter(user=user, active=True, role=Role.OPERATOR).exists()
+    ):
+        return Merchant.objects.all()
+    return Merchant.objects.filter(
+        memberships__user=user, memberships__active=True, memberships__role=Role.SUPERVISOR
+    )

@@ -1,0 +1,205 @@
+"""Settings, all from the environment (see API.md, Operations)."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes"}
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "agentportal-insecure-development-key")
+DEBUG = env_bool("DJANGO_DEBUG")
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+    if host.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_q",
+    "agentportal",
+    "runs",
+    "approvals",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentportal.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "agentportal.wsgi.application"
+
+# SQLite is the embedded default. IMMEDIATE makes every atomic() take the write lock at BEGIN,
+# so concurrent writers queue on the busy timeout instead of failing with "database is locked".
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": (
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;"
+    ),
+}
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        conn_max_age=60,
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
+    # Tests run the worker cluster in other processes, so the test database must be a file.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("AGENTPORTAL_TEST_SQLITE", str(BASE_DIR / "test.sqlite3"))
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/portal/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+# Only for collectstatic; the demo and tests serve from the apps through WhiteNoise finders.
+STATIC_ROOT = os.environ.get("DJANGO_STATIC_ROOT") or None
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from the apps' folders, so the demo needs no collectstatic step.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+EMAIL_BACKEND = os.environ.get(
+    "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+)
+DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "agentportal@localhost")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "agentportal.auth.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "agentportal.problems.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent Portal API",
+    "DESCRIPTION": "Durable agent runs with human approvals.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# django-q2. These numbers were measured, not guessed (DESIGN sections 2 and 5): timeout above
+# the worker slice, retry above timeout, no success rows (one write fewer per task).
+Q_CLUSTER = {
+    "name": "agentportal",
+    "orm": "default",
+    "workers": env_int("AGENTPORTAL_WORKERS", 2),
+    "timeout": 150,
+    "retry": 180,
+    "ack_failures": True,
+    "max_attempts": 2,
+    "save_limit": -1,
+    "catch_up": False,
+    "poll": env_float("AGENTPORTAL_Q_POLL", 0.05),
+    "label": "Django Q2",
+}
+
+# Agent runtime defaults (DESIGN section 9); a merchant's release may narrow them.
+AGENTPORTAL = {
+    "MODEL": os.environ.get("AGENTPORTAL_MODEL", "scripted"),
+    "OPENAI_BASE_URL": os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
+    "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "not-needed"),
+    "OPENAI_MODEL": os.environ.get("AGENTPORTAL_OPENAI_MODEL", "gpt-4o-mini"),
+    "OPENAI_TIMEOUT_SECONDS": env_float("AGENTPORTAL_OPENAI_TIMEOUT_SECONDS", 30.0),
+    "MODEL_ATTEMPTS_PER_STEP": env_int("AGENTPORTAL_MODEL_ATTEMPTS_PER_STEP", 2),
+    "APPROVAL_TTL_SECONDS": env_int("AGENTPORTAL_APPROVAL_TTL_SECONDS", 1800),
+    "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
+    "RUN_DEADLINE_SECONDS": env_int("AGENTPORTAL_RUN_DEADLINE_SECONDS", 600),
+    "WAIT_SECONDS": env_int("AGENTPORTAL_WAIT_SECONDS", 24 * 3600),
+    "SLICE_SECONDS": env_float("AGENTPORTAL_SLICE_SECONDS", 120.0),
+    "LEASE_SECONDS": env_float("AGENTPORTAL_LEASE_SECONDS", 125.0),
+    "TICK_CLAIM_SECONDS": env_float("AGENTPORTAL_TICK_CLAIM_SECONDS", 20.0),
+    "CANCEL_POLL_SECONDS": 0.25,
+    "MAX_MODEL_CALLS": 6,
+    "MAX_STEPS": 20,
+    "MAX_TOOL_CALLS_PER_TURN": 4,
+    "MAX_OPEN_RUNS_PER_ACCOUNT": 3,
+    "DEFAULT_MAX_RUNNING_RUNS": env_int("AGENTPORTAL_MAX_RUNNING_RUNS", 8),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("AGENTPORTAL_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.server": {"level": "WARNING"},
+        "django-q": {"level": os.environ.get("AGENTPORTAL_Q_LOG_LEVEL", "WARNING")},
+    },
+}

@@ -1,0 +1,17 @@
+from approvals.models import Order, StockLevel
+
+
+def order_for_customer(*, merchant_id: int, customer_id: int, number: str) -> Order | None:
+    """An order of this customer in this shop; another customer's order is not found."""
+    return Order.objects.filter(
+        merchant_id=merchant_id, customer_id=customer_id, number=number.upper()
+    ).first()
+
+
+def orders_for_customer(*, merchant_id: int, customer_id: int):
+    return Order.objects.filter(merchant_id=merchant_id, customer_id=customer_id)
+
+
+def stock_level(*, merchant_id: int, sku: str) -> int:
+    level = StockLevel.objects.filter(merchant_id=merchant_id, sku=sku).first()
+    return level.quantity if level else 0

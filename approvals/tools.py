@@ -1,0 +1,150 @@
+"""The after-sales tools the agent may call. Each checks what it names against the run's
+customer and shop: an order of another customer does not exist for this run."""
+
+import time
+from typing import Any
+
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field
+
+from approvals import selectors
+from approvals.models import Order, OrderStatus
+from runs.tools import Policy, Tool, ToolCancelled, ToolContext, ToolError, tool_register
+
+ORDER_NUMBER = r"^ORD-\d{1,12}$"
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class LookupOrderArgs(_Args):
+    order_id: str = Field(pattern=ORDER_NUMBER, description="The order number, like ORD-1001.")
+
+
+class ListOrdersArgs(_Args):
+    status: OrderStatus | None = Field(default=None, description="Only orders in this status.")
+
+
+class ExchangeEligibilityArgs(_Args):
+    order_id: str = Field(pattern=ORDER_NUMBER)
+    sku: str = Field(min_length=1, max_length=64, description="The SKU bought.")
+    new_size: str = Field(min_length=1, max_length=8, description="The size wanted instead.")
+
+
+class CheckStockArgs(_Args):
+    sku: str = Field(min_length=1, max_length=64)
+    size: str = Field(default="", max_length=8, description="A size; empty: the SKU's own.")
+
+
+def _order(context: ToolContext, number: str) -> Order:
+    order = selectors.order_for_customer(
+        merchant_id=context.merchant_id, customer_id=context.account_id, number=number
+    )
+    if order is None:
+        raise ToolError(f"there is no order {number} for this customer")
+    return order
+
+
+def order_summary(order: Order) -> dict[str, Any]:
+    return {
+        "order_id": order.number,
+        "status": order.status,
+        "items": order.items,
+        "total": str(order.total),
+        "refunded": str(order.refunded),
+        "refundable": str(order.refundable),
+        "placed_at": order.placed_at.isoformat(),
+        "delivered_at": order.delivered_at.isoformat() if order.delivered_at else None,
+    }
+
+
+def sized_sku(sku: str, size: str) -> str:
+    """SHOE-TRAIL-42 in size 43 is SHOE-TRAIL-43; an SKU without a size part stays as it is."""
+    product, _, current = sku.rpartition("-")
+    if not size or not product or not current.replace(".", "").isdigit():
+        return sku
+    return f"{product}-{size}"
+
+
+def lookup_order(args: LookupOrderArgs, context: ToolContext) -> dict[str, Any]:
+    return order_summary(_order(context, args.order_id))
+
+
+def list_orders(args: ListOrdersArgs, context: ToolContext) -> dict[str, Any]:
+    orders = selectors.orders_for_customer(
+        merchant_id=context.merchant_id, customer_id=context.account_id
+    )
+    if args.status:
+        orders = orders.filter(status=args.status)
+    return {
+        "orders": [
+            {"order_id": o.number, "status": o.status, "total": str(o.total)} for o in orders
+        ]
+    }
+
+
+def check_exchange_eligibility(args: ExchangeEligibilityArgs, context: ToolContext) -> dict:
+    order = _order(context, args.order_id)
+    item = next((item for item in order.items if item["sku"] == args.sku), None)
+    if item is None:
+        return {"eligible": False, "reason": f"{args.sku} is not part of {order.number}"}
+    if order.status != OrderStatus.DELIVERED:
+        return {"eligible": False, "reason": "only delivered orders can be exchanged"}
+    if not item.get("exchangeable", False):
+        return {"eligible": False, "reason": f"{item['name']} cannot be exchanged"}
+    new_sku = sized_sku(args.sku, args.new_size)
+    in_stock = selectors.stock_level(merchant_id=context.merchant_id, sku=new_sku)
+    if in_stock < item.get("quantity", 1):
+        return {"eligible": False, "reason": f"size {args.new_size} is out of stock"}
+    return {"eligible": True, "new_sku": new_sku, "in_stock": in_stock}
+
+
+def check_stock(args: CheckStockArgs, context: ToolContext) -> dict[str, Any]:
+    """The warehouse is slow: this takes AGENTPORTAL_STOCK_LATENCY_SECONDS, and stops early
+    when the run is cancelled."""
+    deadline = time.monotonic() + settings.AGENTPORTAL["STOCK_LATENCY_SECONDS"]
+    while (left := deadline - time.monotonic()) > 0:
+        if not context.cancel.sleep(min(left, 0.05)):
+            raise ToolCancelled("stock check abandoned: the run was cancelled")
+    sku = sized_sku(args.sku, args.size)
+    return {
+        "sku": sku,
+        "size": args.size or sku.rpartition("-")[2],
+        "in_stock": selectors.stock_level(merchant_id=context.merchant_id, sku=sku),
+    }
+
+
+def register() -> None:
+    for tool in (
+        Tool(
+            name="lookup_order",
+            description="Look up one of the customer's orders by its number.",
+            args_model=LookupOrderArgs,
+            policy=Policy.AUTO,
+            executor=lookup_order,
+        ),
+        Tool(
+            name="list_orders",
+            description="List the customer's orders.",
+            args_model=ListOrdersArgs,
+            policy=Policy.AUTO,
+            executor=list_orders,
+        ),
+        Tool(
+            name="check_exchange_eligibility",
+            description="Check whether an item of an order can be exchanged for another size.",
+            args_model=ExchangeEligibilityArgs,
+            policy=Policy.AUTO,
+            executor=check_exchange_eligibility,
+        ),
+        Tool(
+            name="check_stock",
+            description="Ask the warehouse how many of an SKU (in a size) are in stock. Slow.",
+            args_model=CheckStockArgs,
+            policy=Policy.AUTO,
+            executor=check_stock,
+            blocking=True,
+        ),
+    ):
+        tool_register(tool)

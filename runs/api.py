@@ -1,0 +1,235 @@
+"""REST endpoints for runs. Thin: parse, call one selector or service, render."""
+
+import json
+import time
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import renderers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentportal.principals import Principal
+from agentportal.problems import Problem
+from agentportal.selectors import customer_membership_by_username
+from agentportal.serializers import idempotency_key_from
+from runs import selectors, services
+from runs.models import FINISHED_STATUSES, RunStatus
+from runs.serializers import (
+    RunCreateSerializer,
+    RunEventSerializer,
+    RunEventsSerializer,
+    RunPageSerializer,
+    RunSerializer,
+)
+
+TERMINAL_EVENTS = {"run.completed", "run.failed", "run.cancelled"}
+STREAM_SECONDS = 30.0
+STREAM_POLL_SECONDS = 0.5
+PAGE_SIZE = 50
+
+
+def principal_of(request) -> Principal:
+    return request.auth
+
+
+def run_or_404(request, run_id):
+    run = selectors.run_for(principal_of(request), run_id)
+    if run is None:
+        raise Problem(404, "run_not_found", "No such run.")
+    return run
+
+
+def int_param(request, name: str, default: int = 0) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise Problem(
+            400,
+            "validation_error",
+            f"{name} must be a whole number, 0 or more.",
+            errors=[{"field": name, "message": "a whole number, 0 or more"}],
+        )
+    return value
+
+
+class RunsView(APIView):
+    @extend_schema(
+        operation_id="runs_list",
+        parameters=[
+            OpenApiParameter("status", str, enum=list(RunStatus.values)),
+            OpenApiParameter("cursor", str),
+        ],
+        responses=RunPageSerializer,
+    )
+    def get(self, request):
+        runs = selectors.runs_visible_to(principal_of(request))
+        run_status = request.query_params.get("status")
+        if run_status:
+            if run_status not in RunStatus.values:
+                raise Problem(
+                    400,
+                    "validation_error",
+                    "Unknown status.",
+                    errors=[
+                        {"field": "status", "message": f"one of {', '.join(RunStatus.values)}"}
+                    ],
+                )
+            runs = runs.filter(status=run_status)
+        try:
+            page, next_cursor = selectors.page_newest_first(
+                runs, cursor=request.query_params.get("cursor"), size=PAGE_SIZE
+            )
+        except selectors.InvalidCursor as error:
+            raise Problem(
+                400,
+                "validation_error",
+                str(error),
+                errors=[{"field": "cursor", "message": str(error)}],
+            ) from error
+        return Response({"results": RunSerializer(page, many=True).data, "next": next_cursor})
+
+    @extend_schema(
+        operation_id="runs_create",
+        request=RunCreateSerializer,
+        parameters=[
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)
+        ],
+        responses={201: RunSerializer, 200: RunSerializer},
+    )
+    def post(self, request):
+        principal = principal_of(request)
+        if not (principal.is_customer or principal.is_service):
+            raise Problem(403, "permission_denied", "Only customers and service keys start runs.")
+        key = idempotency_key_from(request)
+        serializer = RunCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if principal.is_service:
+            if "account" not in data:
+                raise Problem(
+                    400,
+                    "validation_error",
+                    "A service key names the customer in account.",
+                    errors=[{"field": "account", "message": "This field is required."}],
+                )
+            membership = customer_membership_by_username(
+                merchant=principal.merchant, username=data["account"]
+            )
+            if membership is None:
+                raise Problem(
+                    400,
+                    "validation_error",
+                    "No such customer in this shop.",
+                    errors=[{"field": "account", "message": "not a customer of this shop"}],
+                )
+            account = membership.user
+        else:
+            if "account" in data:
+                raise Problem(
+                    400,
+                    "validation_error",
+                    "Only service keys may name an account.",
+                    errors=[{"field": "account", "message": "only for service keys"}],
+                )
+            account = principal.user
+        run, created = services.queue_run(
+            merchant=principal.merchant,
+            account=account,
+            messages=[{"role": "user", "content": data["message"]}],
+            idempotency_scope=principal.scope,
+            idempotency_key=key,
+            payload_hash=services.request_hash({"message": data["message"], "account": account.pk}),
+        )
+        if created:
+            return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+        # A replay re-checks access now: a revoked member gets nothing back.
+        run = run_or_404(request, run.pk)
+        return Response(RunSerializer(run).data, headers={"Idempotent-Replayed": "true"})
+
+
+class RunDetailView(APIView):
+    @extend_schema(operation_id="runs_retrieve", responses=RunSerializer)
+    def get(self, request, run_id):
+        return Response(RunSerializer(run_or_404(request, run_id)).data)
+
+
+class RunCancelView(APIView):
+    @extend_schema(operation_id="runs_cancel", request=None, responses=RunSerializer)
+    def post(self, request, run_id):
+        run = run_or_404(request, run_id)
+        run = services.run_cancel(run=run, reason=f"cancelled by {principal_of(request).name}")
+        return Response(RunSerializer(run).data)
+
+
+class RunEventsView(APIView):
+    @extend_schema(
+        operation_id="runs_events",
+        parameters=[OpenApiParameter("after", int)],
+        responses=RunEventsSerializer,
+    )
+    def get(self, request, run_id):
+        run = run_or_404(request, run_id)
+        events = selectors.run_events_after(run=run, after=int_param(request, "after"))
+        return Response(
+            {"events": RunEventSerializer(events, many=True).data, "last_seq": run.last_event_seq}
+        )
+
+
+class EventStreamRenderer(renderers.BaseRenderer):
+    media_type = "text/event-stream"
+    format = "event-stream"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data
+
+
+class RunEventStreamView(APIView):
+    renderer_classes = [renderers.JSONRenderer, EventStreamRenderer]
+
+    @extend_schema(
+        operation_id="runs_events_stream",
+        parameters=[
+            OpenApiParameter("after", int),
+            OpenApiParameter("Last-Event-ID", str, OpenApiParameter.HEADER),
+        ],
+        responses={(200, "text/event-stream"): OpenApiTypes.STR},
+    )
+    def get(self, request, run_id):
+        run = run_or_404(request, run_id)
+        after = int_param(request, "after")
+        last_event_id = request.headers.get("Last-Event-ID", "")
+        if last_event_id.isdigit():
+            after = max(after, int(last_event_id))
+        response = StreamingHttpResponse(
+            _event_stream(run, after), content_type="text/event-stream"
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+
+def _event_stream(run, after: int):
+    """Events as server-sent events; ends after a terminal event or 30 s (the client then
+    reconnects with Last-Event-ID), so open streams never hold a server thread for long."""
+    ends = time.monotonic() + STREAM_SECONDS
+    yield "retry: 1000\n\n"
+    while True:
+        for event in selectors.run_events_after(run=run, after=after):
+            after = event.seq
+            payload = json.dumps(RunEventSerializer(event).data)
+            yield f"id: {event.seq}\nevent: {event.type}\ndata: {payload}\n\n"
+            if event.type in TERMINAL_EVENTS:
+                return
+        if time.monotonic() >= ends:
+            return
+        run.refresh_from_db(fields=["status"])
+        if run.status in FINISHED_STATUSES and not selectors.run_events_after(run=run, after=after):
+            return
+        time.sleep(STREAM_POLL_SECONDS)

@@ -1,0 +1,204 @@
+"""The agent runtime's data: runs, their timeline, model attempts, tool executions, releases."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from agentportal.models import Merchant
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    WAITING_USER = "WAITING_USER"
+    WAITING_APPROVAL = "WAITING_APPROVAL"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+ACTIVE_STATUSES = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.WAITING_USER,
+    RunStatus.WAITING_APPROVAL,
+)
+FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Node(models.TextChoices):
+    LOAD = "load"
+    MODEL = "model"
+    TOOLS = "tools"
+    FOLLOWUP = "followup"
+    DONE = "done"
+    WAIT = "wait"
+
+
+class ErrorCode(models.TextChoices):
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    WAIT_EXPIRED = "WAIT_EXPIRED"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    MODEL_ERROR = "MODEL_ERROR"
+    TOOL_ERROR = "TOOL_ERROR"
+    APPROVER_REVOKED = "APPROVER_REVOKED"
+    APPROVAL_MISMATCH = "APPROVAL_MISMATCH"
+    PERMISSION_REVOKED = "PERMISSION_REVOKED"
+
+
+class AgentRun(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    merchant = models.ForeignKey(Merchant, on_delete=models.PROTECT, related_name="runs")
+    account = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agent_runs"
+    )
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    next_node = models.CharField(max_length=16, choices=Node.choices, default=Node.LOAD)
+    step = models.PositiveIntegerField(default=0)
+    messages = models.JSONField(default=list)
+    graph_version = models.CharField(max_length=64)
+    release_snapshot = models.JSONField(default=dict)
+    state_snapshot = models.JSONField(null=True, blank=True)
+    # Bumped on every change a client can see; inputs name it to refuse stale writes.
+    version = models.PositiveIntegerField(default=1)
+    lease_token = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    control_version = models.PositiveIntegerField(default=1)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    wait_deadline_at = models.DateTimeField(null=True, blank=True)
+    model_calls = models.PositiveIntegerField(default=0)
+    last_event_seq = models.PositiveIntegerField(default=0)
+    idempotency_scope = models.CharField(max_length=64, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 (NULL: no key; the unique constraint skips it)
+    request_hash = models.CharField(max_length=64, blank=True)
+    result = models.TextField(null=True, blank=True)  # noqa: DJ001 (the API says null until finished)
+    error_code = models.CharField(max_length=32, choices=ErrorCode.choices, blank=True)
+    error_detail = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_scope", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="run_idempotency_key",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["status", "merchant", "created_at"], name="run_claim_idx"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_lease_idx"),
+            models.Index(fields=["merchant", "account", "status"], name="run_account_idx"),
+            models.Index(fields=["merchant", "-created_at"], name="run_merchant_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class RunEvent(models.Model):
+    """The append-only timeline of a run; seq comes from the locked run's counter."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=40)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.seq} {self.type}"
+
+
+class AttemptStatus(models.TextChoices):
+    STARTED = "STARTED"
+    RESPONDED = "RESPONDED"
+    UNKNOWN = "UNKNOWN"
+    FAILED = "FAILED"
+
+
+class ModelAttempt(models.Model):
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="model_attempts")
+    step = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=AttemptStatus.choices)
+    usage = models.JSONField(default=dict)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "step", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step", "attempt"], name="model_attempt_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.step} attempt {self.attempt} ({self.status})"
+
+
+class ToolStatus(models.TextChoices):
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class ToolExecution(models.Model):
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_executions")
+    step = models.PositiveIntegerField()
+    index = models.PositiveIntegerField()
+    # agent:{run_id}:{step}:{index}: the same call of the same step always has the same key.
+    idempotency_key = models.CharField(max_length=120, unique=True)
+    tool = models.CharField(max_length=64)
+    args = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=ToolStatus.choices)
+    result = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step", "index"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.idempotency_key} ({self.status})"
+
+
+class AgentRelease(models.Model):
+    """A merchant's agent configuration; runs copy the published one when they are queued."""
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="releases")
+    version = models.PositiveIntegerField()
+    graph_version = models.CharField(max_length=64)
+    manifest = models.JSONField(default=dict)
+    published = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["merchant", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["merchant", "version"], name="release_version"),
+            models.UniqueConstraint(
+                fields=["merchant"], condition=Q(published=True), name="release_one_published"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.merchant} v{self.version} ({self.graph_version})"
+
+
+class WorkerHeartbeat(models.Model):
+    name = models.CharField(max_length=40, primary_key=True)
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.seen_at:%H:%M:%S}"

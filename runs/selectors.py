@@ -1,0 +1,71 @@
+"""Read queries for runs. They open no transaction."""
+
+import base64
+import binascii
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from agentportal.principals import Principal
+from runs.models import AgentRun, RunEvent
+
+# Domain apps describe what a waiting run waits for (approvals, inputs, plans).
+PENDING_PROVIDERS: list[Callable[[AgentRun], list[dict[str, Any]]]] = []
+
+
+def runs_visible_to(principal: Principal) -> QuerySet[AgentRun]:
+    """A customer sees their own runs; supervisors and service keys their merchant's."""
+    runs = AgentRun.objects.filter(merchant=principal.merchant)
+    if principal.is_customer:
+        runs = runs.filter(account=principal.user)
+    return runs
+
+
+def run_for(principal: Principal, run_id) -> AgentRun | None:
+    return runs_visible_to(principal).filter(pk=run_id).first()
+
+
+def run_pending(run: AgentRun) -> list[dict[str, Any]]:
+    pending: list[dict[str, Any]] = []
+    for provider in PENDING_PROVIDERS:
+        pending.extend(provider(run))
+    return pending
+
+
+class InvalidCursor(ValueError):
+    pass
+
+
+def cursor_encode(created_at: datetime, pk: Any) -> str:
+    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{pk}".encode()).decode()
+
+
+def cursor_decode(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, _, pk = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        return datetime.fromisoformat(created), pk
+    except (binascii.Error, UnicodeDecodeError, ValueError) as error:
+        raise InvalidCursor("the cursor is not one this API gave out") from error
+
+
+def page_newest_first(
+    queryset: QuerySet, *, cursor: str | None, size: int
+) -> tuple[list[Any], str | None]:
+    """Keyset pagination on (created_at, pk), newest first: constant cost at any depth."""
+    queryset = queryset.order_by("-created_at", "-pk")
+    if cursor:
+        created_at, pk = cursor_decode(cursor)
+        queryset = queryset.filter(
+            Q(created_at__lt=created_at) | Q(created_at=created_at, pk__lt=pk)
+        )
+    rows = list(queryset[: size + 1])
+    next_cursor = (
+        cursor_encode(rows[size - 1].created_at, rows[size - 1].pk) if len(rows) > size else None
+    )
+    return rows[:size], next_cursor
+
+
+def run_events_after(*, run: AgentRun, after: int, limit: int = 500) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])

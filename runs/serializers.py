@@ -1,0 +1,71 @@
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from agentportal.serializers import StrictCharField, StrictSerializer
+from runs.models import AgentRun, RunEvent
+from runs.selectors import run_pending
+
+
+class RunCreateSerializer(StrictSerializer):
+    message = StrictCharField(min_length=1, max_length=4000, trim_whitespace=False)
+    account = StrictCharField(required=False, min_length=1, max_length=150)
+
+
+class PendingSerializer(serializers.Serializer):
+    interrupt_id = serializers.CharField()
+    kind = serializers.ChoiceField(["approval", "clarification", "confirmation", "plan_review"])
+    tool_name = serializers.CharField(allow_null=True)
+    tool_args = serializers.DictField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    ticket_id = serializers.UUIDField(allow_null=True)
+    question = serializers.CharField(allow_null=True)
+
+
+class RunSerializer(serializers.ModelSerializer):
+    conversation_id = serializers.SerializerMethodField()
+    pending = serializers.SerializerMethodField()
+    error_code = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AgentRun
+        fields = [
+            "id",
+            "status",
+            "next_node",
+            "step",
+            "version",
+            "graph_version",
+            "conversation_id",
+            "pending",
+            "result",
+            "error_code",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_conversation_id(self, run: AgentRun) -> str | None:
+        conversation_id = getattr(run, "conversation_id", None)
+        return str(conversation_id) if conversation_id else None
+
+    @extend_schema_field(PendingSerializer(many=True))
+    def get_pending(self, run: AgentRun) -> list[dict]:
+        return PendingSerializer(run_pending(run), many=True).data
+
+    def get_error_code(self, run: AgentRun) -> str | None:
+        return run.error_code or None
+
+
+class RunPageSerializer(serializers.Serializer):
+    results = RunSerializer(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
+class RunEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunEvent
+        fields = ["seq", "type", "data", "created_at"]
+
+
+class RunEventsSerializer(serializers.Serializer):
+    events = RunEventSerializer(many=True)
+    last_seq = serializers.IntegerField()

@@ -1,0 +1,96 @@
+"""The tool registry: what a tool takes, how it is allowed to run, and what runs it."""
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+
+
+class Policy:
+    AUTO = "auto"
+    APPROVAL = "approval"
+    CLARIFICATION = "clarification"
+    BUSINESS_WAIT = "business_wait"
+    FOLLOWUP = "followup"
+
+    ALL = (AUTO, APPROVAL, CLARIFICATION, BUSINESS_WAIT, FOLLOWUP)
+
+
+class CancellationToken:
+    """Set by the worker when the run is cancelled or lost; slow tools check it."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; False if cancelled meanwhile."""
+        return not self._event.wait(seconds)
+
+
+class ToolError(Exception):
+    """An expected failure the model is told about (unknown order, not eligible, ...)."""
+
+
+class ToolCancelled(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: UUID
+    merchant_id: int
+    account_id: int
+    idempotency_key: str
+    cancel: CancellationToken
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    policy: str
+    executor: Callable[[BaseModel, ToolContext], dict[str, Any]]
+    # Blocking tools run in a thread while the worker polls for cancellation.
+    blocking: bool = False
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.args_model.model_json_schema(),
+            },
+        }
+
+
+TOOLS: dict[str, Tool] = {}
+
+
+def tool_register(tool: Tool) -> None:
+    if tool.policy not in Policy.ALL:
+        raise ValueError(f"unknown policy {tool.policy!r} for {tool.name}")
+    TOOLS[tool.name] = tool
+
+
+def tools_declared(release_snapshot: dict) -> dict[str, Tool]:
+    """The tools a run may see and execute: those its release declares that the code has."""
+    declared = {}
+    for entry in release_snapshot.get("manifest", {}).get("tools", []):
+        tool = TOOLS.get(entry["name"])
+        if tool is not None:
+            policy = entry.get("policy") or tool.policy
+            declared[tool.name] = dataclasses.replace(tool, policy=policy)
+    return declared

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from runs import api
+
+urlpatterns = [
+    path("runs", api.RunsView.as_view(), name="runs"),
+    path("runs/<uuid:run_id>", api.RunDetailView.as_view(), name="run-detail"),
+    path("runs/<uuid:run_id>/events", api.RunEventsView.as_view(), name="run-events"),
+    path("runs/<uuid:run_id>/events/stream", api.RunEventStreamView.as_view(), name="run-stream"),
+    path("runs/<uuid:run_id>/cancel", api.RunCancelView.as_view(), name="run-cancel"),
+]

@@ -1,0 +1,350 @@
+"""Executing a claimed run: the graph's nodes, one committed step at a time.
+
+Nothing slow happens inside a transaction: the model and the tools are called between commits,
+and every commit goes through runs.services.run_step_commit, which re-checks the lease.
+"""
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+from pydantic import ValidationError
+
+from runs import services
+from runs.llm import ModelError, ModelResponse, model_client_for
+from runs.models import (
+    AgentRun,
+    AttemptStatus,
+    ErrorCode,
+    Node,
+    RunStatus,
+    ToolExecution,
+    ToolStatus,
+)
+from runs.services import AccessRevoked, Lease, LostRun, StepCommit
+from runs.tools import (
+    CancellationToken,
+    Policy,
+    Tool,
+    ToolCancelled,
+    ToolContext,
+    ToolError,
+    tools_declared,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Interrupt handlers for tool policies other than `auto`, registered by domain apps. A handler
+# gets the run, the lease, the tool, its validated arguments and the call's key, and returns
+# the StepCommit that pauses the run (or None to fall back to "not available").
+INTERRUPT_HANDLERS: dict[str, Callable[..., StepCommit | None]] = {}
+
+
+class RunAbandoned(Exception):
+    """The run was cancelled or lost while the worker waited on the model or a tool."""
+
+
+def _config(name: str) -> Any:
+    return settings.AGENTPORTAL[name]
+
+
+def tick() -> int:
+    """Claim and execute runs until nothing is claimable or the claim budget is spent.
+
+    Safe to run any number of times at once: the claim in the database decides who works on
+    what, never the task message.
+    """
+    started = time.monotonic()
+    executed = 0
+    while time.monotonic() - started < _config("TICK_CLAIM_SECONDS"):
+        lease = services.run_claim()
+        if lease is None:
+            break
+        run_slice(lease)
+        executed += 1
+    return executed
+
+
+def run_slice(lease: Lease) -> None:
+    """Execute a claimed run until it finishes, waits, spends its slice or is lost."""
+    slice_ends = time.monotonic() + _config("SLICE_SECONDS")
+    run = lease.run
+    try:
+        while run.status == RunStatus.RUNNING:
+            if time.monotonic() > slice_ends:
+                services.run_release(lease=lease)
+                return
+            if run.next_node == Node.MODEL:
+                run = _model_step(run, lease)
+            elif run.next_node == Node.TOOLS:
+                run = _tools_step(run, lease)
+            else:
+                logger.error("run %s has no node to execute (%s)", run.pk, run.next_node)
+                return
+            lease.run = run
+    except (LostRun, RunAbandoned) as lost:
+        logger.info("dropping run %s: %s", lease.run_id, lost)
+    except AccessRevoked:
+        services.run_fail_access_revoked(lease=lease)
+
+
+# --- waiting on slow work ------------------------------------------------------------------
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-call")
+        return _executor
+
+
+def _in_thread(function: Callable[[], T]) -> T:
+    try:
+        return function()
+    finally:
+        # A thread that waited on a model or a tool closes its own database connections.
+        connections.close_all()
+
+
+def _wait(lease: Lease, function: Callable[[], T], token: CancellationToken) -> T:
+    """Run slow work in a thread, polling the run so that /stop is noticed within 250 ms."""
+    future: Future = _pool().submit(_in_thread, function)
+    poll = _config("CANCEL_POLL_SECONDS")
+    while True:
+        try:
+            return future.result(timeout=poll)
+        except TimeoutError:
+            if not _still_held(lease):
+                token.cancel()
+                raise RunAbandoned(f"run {lease.run_id} stopped while waiting") from None
+
+
+def _still_held(lease: Lease) -> bool:
+    close_old_connections()
+    return AgentRun.objects.filter(
+        pk=lease.run_id,
+        status=RunStatus.RUNNING,
+        lease_token=lease.token,
+        control_version=lease.control_version,
+    ).exists()
+
+
+# --- the model node ------------------------------------------------------------------------
+
+
+def _model_step(run: AgentRun, lease: Lease) -> AgentRun:
+    manifest = run.release_snapshot["manifest"]
+    tools = tools_declared(run.release_snapshot)
+    client = model_client_for(manifest)
+    schemas = [tool.schema() for tool in tools.values()]
+    started = time.monotonic()
+    try:
+        if client.blocking:
+            response = _wait(
+                lease,
+                lambda: client.complete(messages=run.messages, tools=schemas),
+                CancellationToken(),
+            )
+        else:
+            response = client.complete(messages=run.messages, tools=schemas)
+    except ModelError as error:
+        return _model_failed(run, lease, str(error), started)
+    latency_ms = int((time.monotonic() - started) * 1000)
+    return services.run_step_commit(lease=lease, commit=_model_commit(response, latency_ms))
+
+
+def _model_commit(response: ModelResponse, latency_ms: int) -> StepCommit:
+    responded = (
+        "model.responded",
+        {
+            "usage": response.usage,
+            "tool_calls": [call.name for call in response.tool_calls],
+            "latency_ms": latency_ms,
+        },
+    )
+    started = [
+        ("tool.started", {"tool": call.name, "call_id": call.id, "index": index})
+        for index, call in enumerate(response.tool_calls)
+    ]
+    commit = StepCommit(
+        next_node=Node.TOOLS,
+        messages=[response.as_message()],
+        events=[responded, *started],
+        attempt_status=AttemptStatus.RESPONDED,
+        attempt_usage=response.usage,
+        attempt_latency_ms=latency_ms,
+    )
+    if not response.tool_calls:
+        commit.complete_with = response.content or ""
+    return commit
+
+
+def _model_failed(run: AgentRun, lease: Lease, error: str, started: float) -> AgentRun:
+    logger.warning("model call for run %s failed: %s", run.pk, error)
+    latency_ms = int((time.monotonic() - started) * 1000)
+    commit = StepCommit(
+        next_node=Node.MODEL,
+        advance_step=False,
+        events=[("model.failed", {"attempt": lease.attempt_no, "error": error[:500]})],
+        attempt_status=AttemptStatus.FAILED,
+        attempt_latency_ms=latency_ms,
+        attempt_error=error[:2000],
+    )
+    if lease.attempt_no >= _config("MODEL_ATTEMPTS_PER_STEP"):
+        commit.fail_with = (
+            ErrorCode.MODEL_ERROR,
+            f"The model failed {lease.attempt_no} times: {error[:500]}",
+        )
+    return services.run_step_commit(lease=lease, commit=commit)
+
+
+# --- the tools node ------------------------------------------------------------------------
+
+
+def tool_key(run: AgentRun, index: int) -> str:
+    return f"agent:{run.pk}:{run.step}:{index}"
+
+
+def _tool_message(call_id: str, result: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)}
+
+
+def _tools_step(run: AgentRun, lease: Lease) -> AgentRun:
+    """Run the last model turn's tool calls, committing each result with its key.
+
+    A call whose key already has a result is never run again: its result is reused.
+    """
+    calls = run.messages[-1].get("tool_calls") or []
+    limit = run.release_snapshot["manifest"]["limits"]["max_tool_calls_per_turn"]
+    keys = [tool_key(run, index) for index in range(len(calls))]
+    done = {
+        execution.idempotency_key: execution
+        for execution in ToolExecution.objects.filter(idempotency_key__in=keys)
+    }
+    declared = tools_declared(run.release_snapshot)
+    for index, call in enumerate(calls):
+        key = keys[index]
+        if key in done:
+            continue
+        last = all(k in done for k in keys[index + 1 :])
+        name = call["function"]["name"]
+        tool = declared.get(name)
+        commit_or_result = _tool_outcome(run, lease, tool, name, call, key, index, limit)
+        if isinstance(commit_or_result, StepCommit):
+            return services.run_step_commit(lease=lease, commit=commit_or_result)
+        status, arguments, result = commit_or_result
+        execution = ToolExecution(
+            run_id=run.pk,
+            step=run.step,
+            index=index,
+            idempotency_key=key,
+            tool=name,
+            args=arguments,
+            status=status,
+            result=result,
+        )
+        done[key] = execution
+        commit = StepCommit(
+            next_node=Node.TOOLS,
+            advance_step=False,
+            events=[
+                ("tool.result", {"key": key, "tool": name, "status": status, "result": result})
+            ],
+            tool_executions=[execution],
+        )
+        if last:
+            _finish_turn(commit, calls, keys, done)
+        run = services.run_step_commit(lease=lease, commit=commit)
+        if run.status != RunStatus.RUNNING:
+            return run
+    if run.next_node == Node.TOOLS and all(key in done for key in keys):
+        # Every result was already committed (a crash after the last one): just move on.
+        commit = StepCommit(next_node=Node.MODEL)
+        _finish_turn(commit, calls, keys, done)
+        run = services.run_step_commit(lease=lease, commit=commit)
+    return run
+
+
+def _finish_turn(commit: StepCommit, calls: list, keys: list[str], done: dict) -> None:
+    commit.next_node = Node.MODEL
+    commit.advance_step = True
+    commit.messages = [
+        _tool_message(call["id"], done[key].result) for call, key in zip(calls, keys, strict=True)
+    ]
+
+
+def _tool_outcome(
+    run: AgentRun,
+    lease: Lease,
+    tool: Tool | None,
+    name: str,
+    call: dict[str, Any],
+    key: str,
+    index: int,
+    limit: int,
+) -> StepCommit | tuple[str, dict, dict]:
+    """Either a StepCommit that pauses the run, or (status, arguments, result) of the call."""
+    raw_arguments = call["function"].get("arguments") or "{}"
+    try:
+        arguments = json.loads(raw_arguments)
+    except ValueError:
+        return ToolStatus.FAILED, {"raw": raw_arguments}, {"error": "arguments are not JSON"}
+    if index >= limit:
+        return ToolStatus.FAILED, arguments, {"error": f"at most {limit} tool calls per turn"}
+    if tool is None:
+        return ToolStatus.FAILED, arguments, {"error": f"the tool {name} is not available"}
+    try:
+        validated = tool.args_model.model_validate(arguments)
+    except ValidationError as error:
+        problems = [
+            {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
+            for e in error.errors()
+        ]
+        return ToolStatus.FAILED, arguments, {"error": "invalid arguments", "errors": problems}
+    if tool.policy != Policy.AUTO:
+        handler = INTERRUPT_HANDLERS.get(tool.policy)
+        commit = (
+            handler(run=run, lease=lease, tool=tool, args=validated, key=key) if handler else None
+        )
+        if commit is None:
+            return ToolStatus.FAILED, arguments, {"error": f"the tool {name} is not available"}
+        return commit
+    token = CancellationToken()
+    context = ToolContext(
+        run_id=run.pk,
+        merchant_id=run.merchant_id,
+        account_id=run.account_id,
+        idempotency_key=key,
+        cancel=token,
+    )
+    try:
+        if tool.blocking:
+            result = _wait(lease, lambda: tool.executor(validated, context), token)
+        else:
+            result = tool.executor(validated, context)
+    except ToolError as error:
+        return ToolStatus.FAILED, arguments, {"error": str(error)}
+    except ToolCancelled as cancelled:
+        raise RunAbandoned(str(cancelled)) from cancelled
+    except RunAbandoned:
+        raise
+    except Exception as error:
+        logger.exception("tool %s failed for run %s", name, run.pk)
+        return StepCommit(
+            next_node=Node.TOOLS,
+            advance_step=False,
+            fail_with=(ErrorCode.TOOL_ERROR, f"{name} failed: {type(error).__name__}: {error}"),
+        )
+    return ToolStatus.SUCCEEDED, arguments, result

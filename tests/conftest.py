@@ -1,0 +1,122 @@
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+from rest_framework.test import APIClient
+
+from agentportal.models import Merchant
+from tests import factories
+
+ROOT = Path(settings.BASE_DIR)
+
+
+@pytest.fixture
+def demo(db):
+    """The documented demo data (API.md, Operations)."""
+    call_command("seed_demo", stdout=io.StringIO())
+    return Merchant.objects.get(slug="demo-shop")
+
+
+@pytest.fixture
+def api() -> Callable[..., APIClient]:
+    """api("alice") -> a client with a fresh bearer key acting as alice in her shop."""
+
+    def client_for(username: str | None = None, *, merchant: str = "demo-shop", role=None):
+        from django.contrib.auth.models import User
+
+        shop = Merchant.objects.get(slug=merchant)
+        user = User.objects.get(username=username) if username else None
+        key = factories.api_key_for(user, shop, role or ("service" if user is None else None))
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        return client
+
+    return client_for
+
+
+def database_url() -> str:
+    """The test database as a DATABASE_URL, for subprocesses (the worker cluster)."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    return (
+        f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:"
+        f"{db['PORT'] or 5432}/{db['NAME']}"
+    )
+
+
+class Cluster:
+    """The real django-q2 cluster (`manage.py qcluster`) in a subprocess on the test database."""
+
+    def __init__(self, *, workers: int = 2, env: dict[str, str] | None = None):
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "AGENTPORTAL_WORKERS": str(workers),
+            "AGENTPORTAL_Q_POLL": "0.05",
+            **(env or {}),
+        }
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "Cluster":
+        self.log = open(ROOT / "artifacts" / f"qcluster-{os.getpid()}.log", "a")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "qcluster"],
+            env=self.env,
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the whole cluster, workers included: a crash, not a shutdown."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        # The main process alone: signalling the group makes django-q2 hang.
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@pytest.fixture
+def cluster(transactional_db):
+    """Start clusters on demand; every one is stopped after the test."""
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    started: list[Cluster] = []
+
+    def start(**kwargs) -> Cluster:
+        c = Cluster(**kwargs).start()
+        started.append(c)
+        return c
+
+    yield start
+    for c in started:
+        c.stop()
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout: float = 60, interval: float = 0.1):
+    """Poll until predicate() is true; the timeout only bounds a hung test."""
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

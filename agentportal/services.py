@@ -17,7 +17,8 @@ def api_key_hash(raw_key: str) -> str:
 
 
 def api_key_parse_prefix(raw_key: str) -> str | None:
-    parts = raw_key.split("_")
+    # The secret part is URL-safe base64 and may itself contain underscores.
+    parts = raw_key.split("_", 2)
     if len(parts) != 3 or parts[0] != "ap" or not parts[1] or not parts[2]:
         return None
     return parts[1]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q, QuerySet
 
 from agentportal.principals import Principal
@@ -57,9 +58,12 @@ def page_newest_first(
     queryset = queryset.order_by("-created_at", "-pk")
     if cursor:
         created_at, pk = cursor_decode(cursor)
-        queryset = queryset.filter(
-            Q(created_at__lt=created_at) | Q(created_at=created_at, pk__lt=pk)
-        )
+        try:
+            queryset = queryset.filter(
+                Q(created_at__lt=created_at) | Q(created_at=created_at, pk__lt=pk)
+            )
+        except (DjangoValidationError, ValueError) as error:
+            raise InvalidCursor("the cursor is not one this API gave out") from error
     rows = list(queryset[: size + 1])
     next_cursor = (
         cursor_encode(rows[size - 1].created_at, rows[size - 1].pk) if len(rows) > size else None

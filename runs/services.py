@@ -17,16 +17,13 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import (
-    Case,
     Count,
     Exists,
-    F,
     IntegerField,
     OuterRef,
     Q,
     Subquery,
     Value,
-    When,
 )
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -35,6 +32,7 @@ from agentportal.models import Membership, Merchant
 from agentportal.problems import Problem
 from runs.models import (
     ACTIVE_STATUSES,
+    FINISHED_STATUSES,
     AgentRelease,
     AgentRun,
     AttemptStatus,
@@ -61,37 +59,21 @@ def _config(name: str) -> Any:
 
 
 def tick_enqueue(count: int = 1) -> None:
-    """Wake workers once the current transaction commits (the message is only a wake-up)."""
+    """Wake workers once the current transaction commits.
+
+    The message is only a wake-up: a tick drains every claimable run. So while enough wake-ups
+    wait unclaimed in the broker (one per worker), another one would add nothing.
+    """
 
     def send() -> None:
+        from django_q.brokers import get_broker
         from django_q.tasks import async_task
 
-        for _ in range(count):
-            async_task("runs.tasks.tick", q_options={"ack_failure": True})
+        waiting = get_broker().queue_size() or 0
+        for _ in range(min(count, settings.Q_CLUSTER["workers"] - waiting)):
+            async_task("runs.tasks.tick")
 
     transaction.on_commit(send)
-
-
-# --- events --------------------------------------------------------------------------------
-
-
-def events_append(*, run: AgentRun, events: list[tuple[str, dict]]) -> list[RunEvent]:
-    """Append events to a run's timeline.
-
-    Call holding the run's lock; the caller saves run.last_event_seq (it is advanced here).
-    """
-    created = []
-    now = timezone.now()
-    for event_type, data in events:
-        run.last_event_seq += 1
-        created.append(
-            RunEvent(
-                run_id=run.pk, seq=run.last_event_seq, type=event_type, data=data, created_at=now
-            )
-        )
-    if created:
-        RunEvent.objects.bulk_create(created)
-    return created
 
 
 # --- queueing ------------------------------------------------------------------------------
@@ -194,10 +176,12 @@ def queue_run(
                 idempotency_scope=idempotency_scope,
                 idempotency_key=idempotency_key,
                 request_hash=payload_hash,
+                last_event_seq=1,
             )
             run.save(force_insert=True)
-            events_append(run=run, events=[("run.queued", {"graph_version": run.graph_version})])
-            AgentRun.objects.filter(pk=run.pk).update(last_event_seq=run.last_event_seq)
+            RunEvent.objects.create(
+                run=run, seq=1, type="run.queued", data={"graph_version": run.graph_version}
+            )
             tick_enqueue()
     except IntegrityError:
         # A concurrent request with the same key won the insert.
@@ -212,36 +196,88 @@ def queue_run(
     return run, True
 
 
-# --- cancelling and finishing -------------------------------------------------------------
+# --- plans: a transition computed before the transaction, applied inside it ---------------
 
 
-def _finish(run: AgentRun, *, status: str, event: tuple[str, dict], **fields: Any) -> None:
-    """Move a locked run to a final status, with its event, and run the finish hooks.
+@dataclass
+class RunPlan:
+    """The new values of a run's row and the events to append, prepared outside any
+    transaction so that the write lock is held only for the statements themselves."""
 
-    Call holding the run's lock, inside the transaction.
+    run: AgentRun
+    fields: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, dict]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.fields.get("status", self.run.status) in FINISHED_STATUSES
+
+    def finish(self, status: str, event: tuple[str, dict], **fields: Any) -> None:
+        self.fields.update(status=status, next_node=Node.DONE, lease_expires_at=None, **fields)
+        self.events.append(event)
+
+    def fail(self, code: str, detail: str) -> None:
+        self.finish(
+            RunStatus.FAILED,
+            ("run.failed", {"error_code": code, "detail": detail}),
+            error_code=code,
+            error_detail=detail,
+        )
+
+    def row_fields(self, now) -> dict[str, Any]:
+        """The UPDATE's SET clause: every change, a version bump and the new event counter."""
+        fields = {
+            **self.fields,
+            "version": self.run.version + 1,
+            "last_event_seq": self.run.last_event_seq + len(self.events),
+            "updated_at": now,
+        }
+        if self.finished:
+            fields["finished_at"] = now
+        return fields
+
+    def event_rows(self, now) -> list[RunEvent]:
+        return [
+            RunEvent(
+                run_id=self.run.pk,
+                seq=self.run.last_event_seq + offset,
+                type=kind,
+                data=data,
+                created_at=now,
+            )
+            for offset, (kind, data) in enumerate(self.events, start=1)
+        ]
+
+    def write_children(self, now) -> None:
+        """Insert the events and run the finish hooks. Call holding the run's lock, after the
+        run's row was updated with row_fields()."""
+        previous = self.run.status
+        rows = self.event_rows(now)
+        self.apply(now)
+        if rows:
+            RunEvent.objects.bulk_create(rows)
+        if self.finished and previous not in FINISHED_STATUSES:
+            for hook in RUN_FINISH_HOOKS:
+                hook(self.run, previous)
+
+    def apply(self, now) -> None:
+        """Bring the in-memory run up to date with what was written."""
+        for name, value in self.row_fields(now).items():
+            setattr(self.run, name, value)
+
+
+def _finish_locked(run: AgentRun, plan: RunPlan) -> None:
+    """Write a plan that ends a run, decided by a conditional UPDATE on its status.
+
+    Call holding the run's lock (select_for_update), inside the transaction.
     """
     now = timezone.now()
-    events_append(run=run, events=[event])
-    changes = {
-        "status": status,
-        "next_node": Node.DONE,
-        "lease_expires_at": None,
-        "finished_at": now,
-        "updated_at": now,
-        "version": F("version") + 1,
-        "last_event_seq": run.last_event_seq,
-        **fields,
-    }
-    updated = AgentRun.objects.filter(pk=run.pk, status=run.status).update(**changes)
+    updated = AgentRun.objects.filter(pk=run.pk, status=run.status, version=run.version).update(
+        **plan.row_fields(now)
+    )
     if updated != 1:
         raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
-    previous = run.status
-    run.status, run.next_node, run.finished_at = status, Node.DONE, now
-    for name, value in fields.items():
-        setattr(run, name, value)
-    run.version += 1
-    for hook in RUN_FINISH_HOOKS:
-        hook(run, previous)
+    plan.write_children(now)
 
 
 def run_cancel(*, run: AgentRun, reason: str = "cancelled") -> AgentRun:
@@ -250,20 +286,17 @@ def run_cancel(*, run: AgentRun, reason: str = "cancelled") -> AgentRun:
         locked = AgentRun.objects.select_for_update().get(pk=run.pk)
         if locked.is_finished:
             raise Problem(409, "run_finished", f"The run has already ended ({locked.status}).")
-        _finish(locked, status=RunStatus.CANCELLED, event=("run.cancelled", {"reason": reason}))
+        plan = RunPlan(locked)
+        plan.finish(RunStatus.CANCELLED, ("run.cancelled", {"reason": reason}))
+        _finish_locked(locked, plan)
     return locked
 
 
-def run_fail_locked(run: AgentRun, *, code: str, detail: str, **fields: Any) -> None:
-    """Fail a run. Call holding the run's lock, inside the transaction."""
-    _finish(
-        run,
-        status=RunStatus.FAILED,
-        event=("run.failed", {"error_code": code, "detail": detail}),
-        error_code=code,
-        error_detail=detail,
-        **fields,
-    )
+def run_fail_locked(run: AgentRun, *, code: str, detail: str) -> None:
+    """Fail a run. Call holding the run's lock (select_for_update), inside the transaction."""
+    plan = RunPlan(run)
+    plan.fail(code, detail)
+    _finish_locked(run, plan)
 
 
 # --- claiming and leases --------------------------------------------------------------------
@@ -271,7 +304,8 @@ def run_fail_locked(run: AgentRun, *, code: str, detail: str, **fields: Any) -> 
 
 @dataclass
 class Lease:
-    """What a worker holds while it executes a run; locked_run compares it with the row."""
+    """What a worker holds while it executes a run. `run` is the worker's copy of the row:
+    while the lease is valid nobody else changes it, and every commit checks that."""
 
     run_id: Any
     token: int
@@ -287,6 +321,25 @@ class LostRun(Exception):
 
 class AccessRevoked(Exception):
     """The run's merchant was deactivated or its account lost its membership."""
+
+
+CLAIMABLE_SQL = "(r.status = 'QUEUED' OR (r.status = 'RUNNING' AND r.lease_expires_at < %(now)s))"
+RUNNING_SQL = (
+    "(SELECT COUNT(*) FROM runs_agentrun r WHERE r.merchant_id = m.id"
+    " AND r.status = 'RUNNING' AND r.lease_expires_at >= %(now)s)"
+)
+# Raw SQL because it runs before every claim and the ORM spends more time building it than the
+# database spends answering it. Shops under their reserved slots first, then the one scheduled
+# longest ago.
+CANDIDATES_SQL = f"""
+SELECT m.id FROM agentportal_merchant m
+WHERE m.active
+  AND EXISTS (SELECT 1 FROM runs_agentrun r WHERE r.merchant_id = m.id AND {CLAIMABLE_SQL})
+  AND {RUNNING_SQL} < m.max_running_runs
+ORDER BY CASE WHEN {RUNNING_SQL} < m.reserved_slots THEN 0 ELSE 1 END,
+         m.last_scheduled_at IS NOT NULL, m.last_scheduled_at, m.id
+LIMIT 8
+"""
 
 
 def _claimable(now) -> Q:
@@ -317,22 +370,9 @@ def run_claim() -> Lease | None:
     makes the capacity check exact across workers.
     """
     for _ in range(100):
-        now = timezone.now()
-        candidates = list(
-            Merchant.objects.filter(active=True)
-            .filter(Exists(AgentRun.objects.filter(_claimable(now), merchant=OuterRef("pk"))))
-            .annotate(running=Coalesce(_running_count(now), Value(0)))
-            .annotate(
-                under_reserve=Case(
-                    When(running__lt=F("reserved_slots"), then=Value(0)),
-                    default=Value(1),
-                    output_field=IntegerField(),
-                )
-            )
-            .filter(running__lt=F("max_running_runs"))
-            .order_by("under_reserve", F("last_scheduled_at").asc(nulls_first=True), "pk")
-            .values_list("pk", flat=True)[:8]
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(CANDIDATES_SQL, {"now": timezone.now()})
+            candidates = [row[0] for row in cursor.fetchall()]
         outcome = None
         for merchant_id in candidates:
             outcome = _claim_from(merchant_id)
@@ -347,11 +387,12 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
     """Claim one run of a merchant; CLAIM_AGAIN when the run found had to be failed instead."""
     with transaction.atomic():
         now = timezone.now()
-        merchant = Merchant.objects.select_for_update().get(pk=merchant_id)
-        running = AgentRun.objects.filter(
-            merchant_id=merchant_id, status=RunStatus.RUNNING, lease_expires_at__gte=now
-        ).count()
-        if not merchant.active or running >= merchant.max_running_runs:
+        merchant = (
+            Merchant.objects.select_for_update()
+            .annotate(running=Coalesce(_running_count(now), Value(0)))
+            .get(pk=merchant_id)
+        )
+        if not merchant.active or merchant.running >= merchant.max_running_runs:
             return None
         lock = (
             {"skip_locked": True} if connection.features.has_select_for_update_skip_locked else {}
@@ -364,112 +405,128 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
         )
         if run is None:
             return None
-        expires = now + timedelta(seconds=_config("LEASE_SECONDS"))
-        won = AgentRun.objects.filter(
-            pk=run.pk, status=run.status, lease_token=run.lease_token
-        ).update(
-            status=RunStatus.RUNNING, lease_token=F("lease_token") + 1, lease_expires_at=expires
+        seen_status, seen_token = run.status, run.lease_token
+        plan = RunPlan(run)
+        lease = Lease(
+            run_id=run.pk, token=seen_token + 1, control_version=run.control_version, run=run
+        )
+        plan.fields.update(
+            status=RunStatus.RUNNING,
+            lease_token=seen_token + 1,
+            lease_expires_at=now + timedelta(seconds=_config("LEASE_SECONDS")),
+        )
+        plan.events.append(("run.started", {"lease": seen_token + 1}))
+        attempt = None
+        if run.deadline_at is not None and run.deadline_at <= now:
+            plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
+        elif run.next_node in (Node.LOAD, Node.MODEL):
+            plan.fields["next_node"] = Node.MODEL
+            attempt = _plan_attempt(plan, step=run.step)
+        won = AgentRun.objects.filter(pk=run.pk, status=seen_status, lease_token=seen_token).update(
+            **plan.row_fields(now)
         )
         if won != 1:
-            return None
+            raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
         Merchant.objects.filter(pk=merchant_id).update(last_scheduled_at=now)
-        run.status, run.lease_token, run.lease_expires_at = (
-            RunStatus.RUNNING,
-            run.lease_token + 1,
-            expires,
-        )
+        run.status = seen_status
+        plan.write_children(now)
         run.merchant = merchant
-        lease = Lease(
-            run_id=run.pk, token=run.lease_token, control_version=run.control_version, run=run
-        )
-        if run.deadline_at is not None and run.deadline_at <= now:
-            run_fail_locked(
-                run, code=ErrorCode.DEADLINE_EXCEEDED, detail="The run's deadline passed."
-            )
-            return CLAIM_AGAIN
-        events: list[tuple[str, dict]] = [("run.started", {"lease": run.lease_token})]
-        changes: dict[str, Any] = {}
-        if run.next_node == Node.LOAD:
-            run.next_node = changes["next_node"] = Node.MODEL
-        if run.next_node == Node.MODEL:
-            # A STARTED attempt left by a lost worker may or may not have reached the model.
-            ModelAttempt.objects.filter(
-                run=run, step=run.step, status=AttemptStatus.STARTED
-            ).update(status=AttemptStatus.UNKNOWN, finished_at=now)
-            exhausted = _budget_exhausted(run)
-            if exhausted:
-                events_append(run=run, events=events)
-                run_fail_locked(run, code=ErrorCode.BUDGET_EXHAUSTED, detail=exhausted, **changes)
-                return CLAIM_AGAIN
-            _attempt_begin(run, lease, events, changes, previous_attempts=None)
-        events_append(run=run, events=events)
-        AgentRun.objects.filter(pk=run.pk).update(
-            last_event_seq=run.last_event_seq, updated_at=now, **changes
-        )
-        return lease
+        if attempt is not None:
+            if run.model_calls > 1:
+                # A STARTED attempt left by a lost worker may or may not have reached the model:
+                # it counts against the budget, and the model is asked again.
+                ModelAttempt.objects.filter(
+                    run=run, step=run.step, status=AttemptStatus.STARTED
+                ).update(status=AttemptStatus.UNKNOWN, finished_at=now)
+                attempt.attempt = ModelAttempt.objects.filter(run=run, step=run.step).count() + 1
+            _attempt_insert(attempt, lease)
+        return CLAIM_AGAIN if plan.finished else lease
 
 
-def _budget_exhausted(run: AgentRun) -> str:
+def _budget_exhausted(*, model_calls: int, step: int, limits: dict) -> str:
     """Why the run may not call the model again, or "" when it may."""
-    limits = run.release_snapshot["manifest"]["limits"]
-    if run.model_calls >= limits["max_model_calls"]:
-        return f"The run used all {run.model_calls} model calls it is allowed."
-    if run.step >= limits["max_steps"]:
-        return f"The run used all {run.step} steps it is allowed."
+    if model_calls >= limits["max_model_calls"]:
+        return f"The run used all {model_calls} model calls it is allowed."
+    if step >= limits["max_steps"]:
+        return f"The run used all {step} steps it is allowed."
     return ""
 
 
-def _attempt_begin(
-    run: AgentRun, lease: Lease, events: list, changes: dict, *, previous_attempts: int | None
-) -> None:
-    """Record a STARTED model attempt before the call; it counts against the budget.
-
-    Call holding the run's lock. previous_attempts: how many attempts this step already had
-    (None: count them).
-    """
-    if previous_attempts is None:
-        previous_attempts = ModelAttempt.objects.filter(run=run, step=run.step).count()
-    attempt = ModelAttempt.objects.create(
-        run=run, step=run.step, attempt=previous_attempts + 1, status=AttemptStatus.STARTED
+def _plan_attempt(plan: RunPlan, *, step: int, attempt_no: int = 1) -> ModelAttempt | None:
+    """Plan a STARTED model attempt, recorded before the call and counted against the budget;
+    or, when the budget is spent, plan the run's failure (and return None)."""
+    model_calls = plan.run.model_calls
+    exhausted = _budget_exhausted(
+        model_calls=model_calls, step=step, limits=plan.run.release_snapshot["manifest"]["limits"]
     )
+    if exhausted:
+        plan.fail(ErrorCode.BUDGET_EXHAUSTED, exhausted)
+        return None
+    plan.fields["model_calls"] = model_calls + 1
+    plan.events.append(("model.requested", {"step": step}))
+    return ModelAttempt(
+        run_id=plan.run.pk, step=step, attempt=attempt_no, status=AttemptStatus.STARTED
+    )
+
+
+def _attempt_insert(attempt: ModelAttempt, lease: Lease) -> None:
+    ModelAttempt.objects.bulk_create([attempt])
     lease.attempt_id, lease.attempt_no = attempt.pk, attempt.attempt
-    run.model_calls += 1
-    changes["model_calls"] = run.model_calls
-    events.append(("model.requested", {"step": run.step, "attempt": attempt.attempt}))
+
+
+def _account_allowed() -> Exists:
+    return Exists(
+        Membership.objects.filter(
+            user_id=OuterRef("account_id"), merchant_id=OuterRef("merchant_id"), active=True
+        )
+    )
 
 
 @contextmanager
-def locked_run(lease: Lease) -> Iterator[AgentRun]:
-    """Lock the run and check the worker may still write to it; the one guard on stale writers.
+def locked_run(lease: Lease, **fields: Any) -> Iterator[AgentRun]:
+    """Open the transaction by locking the run with one conditional UPDATE that applies
+    `fields`; the one guard against stale writers.
 
-    The run must still be RUNNING under this lease token and control version, its merchant
-    active and its account still a member. Raises LostRun or AccessRevoked otherwise, and
-    nothing inside the block is committed.
+    The UPDATE matches only while the run is RUNNING under this lease token and control
+    version, unchanged since the worker last wrote it, its merchant active and its account
+    still a member; it takes the row's lock on PostgreSQL (SQLite holds its write lock from
+    BEGIN). Otherwise LostRun or AccessRevoked is raised and nothing inside is committed.
     """
+    run = lease.run
     with transaction.atomic():
-        run = (
-            AgentRun.objects.select_for_update(of=("self",))
-            .select_related("merchant")
-            .annotate(
-                account_allowed=Exists(
-                    Membership.objects.filter(
-                        user_id=OuterRef("account_id"),
-                        merchant_id=OuterRef("merchant_id"),
-                        active=True,
-                    )
-                )
+        updated = (
+            AgentRun.objects.filter(
+                pk=lease.run_id,
+                status=RunStatus.RUNNING,
+                lease_token=lease.token,
+                control_version=lease.control_version,
+                version=run.version,
             )
-            .get(pk=lease.run_id)
+            .filter(_account_allowed())
+            .filter(Exists(Merchant.objects.filter(pk=OuterRef("merchant_id"), active=True)))
+            .update(**fields)
         )
-        if (
-            run.status != RunStatus.RUNNING
-            or run.lease_token != lease.token
-            or run.control_version != lease.control_version
-        ):
-            raise LostRun(f"run {run.pk} is {run.status}, lease {run.lease_token}")
-        if not run.merchant.active or not run.account_allowed:
-            raise AccessRevoked(f"run {run.pk}")
+        if updated != 1:
+            _raise_lost(lease)
         yield run
+
+
+def _raise_lost(lease: Lease) -> None:
+    current = (
+        AgentRun.objects.filter(pk=lease.run_id)
+        .annotate(account_allowed=_account_allowed())
+        .select_related("merchant")
+        .first()
+    )
+    if (
+        current is None
+        or current.status != RunStatus.RUNNING
+        or current.lease_token != lease.token
+        or current.control_version != lease.control_version
+        or current.version != lease.run.version
+    ):
+        raise LostRun(f"run {lease.run_id} is no longer held by this lease")
+    raise AccessRevoked(f"run {lease.run_id}: merchant inactive or membership revoked")
 
 
 @dataclass
@@ -487,18 +544,45 @@ class StepCommit:
     tool_executions: list[ToolExecution] = field(default_factory=list)
     complete_with: str | None = None
     fail_with: tuple[str, str] | None = None
-    # Called with the locked run inside the transaction (interrupt handlers of domain apps).
-    on_locked: Callable[[AgentRun], dict[str, Any]] | None = None
+    # Extra fields of the run's row (a pause: status, snapshot, wait deadline).
+    run_fields: dict[str, Any] = field(default_factory=dict)
+    # Called with the run inside the transaction, after its row was locked (domain records).
+    on_locked: Callable[[AgentRun], None] | None = None
 
 
 def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
-    """Commit a step's effects and the next node in one transaction, then return the run.
+    """Commit a step's effects and the next node in one transaction; return the run.
 
     When the next node is the model, its STARTED attempt is recorded in the same commit, so the
     following model call costs no commit of its own.
     """
-    with locked_run(lease) as run:
-        now = timezone.now()
+    run = lease.run
+    plan = RunPlan(run)
+    step = run.step + 1 if commit.advance_step else run.step
+    plan.fields.update(
+        step=step,
+        next_node=commit.next_node,
+        lease_expires_at=timezone.now() + timedelta(seconds=_config("LEASE_SECONDS")),
+        **commit.run_fields,
+    )
+    plan.events.extend(commit.events)
+    if commit.messages:
+        plan.fields["messages"] = [*run.messages, *commit.messages]
+    attempt = None
+    if commit.fail_with is not None:
+        plan.fail(*commit.fail_with)
+    elif commit.complete_with is not None:
+        plan.events.append(("message.assistant", {"text": commit.complete_with}))
+        plan.finish(
+            RunStatus.COMPLETED,
+            ("run.completed", {"result": commit.complete_with}),
+            result=commit.complete_with,
+        )
+    elif commit.next_node == Node.MODEL:
+        attempt_no = 1 if commit.advance_step else lease.attempt_no + 1
+        attempt = _plan_attempt(plan, step=step, attempt_no=attempt_no)
+    now = timezone.now()
+    with locked_run(lease, **plan.row_fields(now)):
         if commit.attempt_status is not None and lease.attempt_id is not None:
             ModelAttempt.objects.filter(pk=lease.attempt_id).update(
                 status=commit.attempt_status,
@@ -509,60 +593,12 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
             )
         if commit.tool_executions:
             ToolExecution.objects.bulk_create(commit.tool_executions)
-        events = list(commit.events)
-        fields: dict[str, Any] = {}
-        if commit.messages:
-            run.messages = fields["messages"] = [*run.messages, *commit.messages]
+        if attempt is not None:
+            _attempt_insert(attempt, lease)
+        plan.write_children(now)
         if commit.on_locked is not None:
-            fields.update(commit.on_locked(run))
-        if commit.advance_step:
-            run.step += 1
-        fields["step"] = run.step
-        if commit.fail_with is not None:
-            code, detail = commit.fail_with
-            events_append(run=run, events=events)
-            run_fail_locked(run, code=code, detail=detail, **fields)
-            return run
-        if commit.complete_with is not None:
-            events.append(("message.assistant", {"text": commit.complete_with}))
-            events_append(run=run, events=events)
-            _finish(
-                run,
-                status=RunStatus.COMPLETED,
-                event=("run.completed", {"result": commit.complete_with}),
-                result=commit.complete_with,
-                **fields,
-            )
-            return run
-        run.next_node = commit.next_node
-        if run.next_node == Node.MODEL:
-            exhausted = _budget_exhausted(run)
-            if exhausted:
-                events_append(run=run, events=events)
-                run_fail_locked(run, code=ErrorCode.BUDGET_EXHAUSTED, detail=exhausted, **fields)
-                return run
-            _attempt_begin(
-                run,
-                lease,
-                events,
-                fields,
-                previous_attempts=0 if commit.advance_step else lease.attempt_no,
-            )
-        events_append(run=run, events=events)
-        updated = AgentRun.objects.filter(
-            pk=run.pk, status=RunStatus.RUNNING, lease_token=lease.token
-        ).update(
-            next_node=run.next_node,
-            version=F("version") + 1,
-            lease_expires_at=now + timedelta(seconds=_config("LEASE_SECONDS")),
-            last_event_seq=run.last_event_seq,
-            updated_at=now,
-            **fields,
-        )
-        if updated != 1:
-            raise LostRun(f"run {run.pk} changed under its lock")
-        run.version += 1
-        return run
+            commit.on_locked(run)
+    return run
 
 
 def run_release(*, lease: Lease) -> None:
@@ -575,17 +611,19 @@ def run_release(*, lease: Lease) -> None:
 
 
 def run_fail(*, lease: Lease, code: str, detail: str) -> bool:
-    """Fail a run the worker still holds (model error, tool error). False if it was lost."""
+    """Fail a run the worker still holds. False if it was lost meanwhile."""
     try:
-        with locked_run(lease) as run:
-            run_fail_locked(run, code=code, detail=detail)
-            return True
+        run_step_commit(
+            lease=lease,
+            commit=StepCommit(next_node=Node.DONE, advance_step=False, fail_with=(code, detail)),
+        )
     except LostRun:
         return False
+    return True
 
 
 def run_fail_access_revoked(*, lease: Lease) -> None:
-    """The run's shop or account lost access: fail it, whatever the lease says now."""
+    """The run's shop or account lost access: fail it, whatever its copy in memory says."""
     with transaction.atomic():
         run = AgentRun.objects.select_for_update().get(pk=lease.run_id)
         if run.status == RunStatus.RUNNING and run.lease_token == lease.token:

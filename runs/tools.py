@@ -1,6 +1,7 @@
 """The tool registry: what a tool takes, how it is allowed to run, and what runs it."""
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,9 +72,14 @@ class Tool:
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.args_model.model_json_schema(),
+                "parameters": _json_schema(self.args_model),
             },
         }
+
+
+@functools.cache
+def _json_schema(args_model: type[BaseModel]) -> dict[str, Any]:
+    return args_model.model_json_schema()
 
 
 TOOLS: dict[str, Tool] = {}

@@ -67,9 +67,11 @@ def tick() -> int:
     while time.monotonic() - started < _config("TICK_CLAIM_SECONDS"):
         lease = services.run_claim()
         if lease is None:
-            break
+            return executed
         run_slice(lease)
         executed += 1
+    # The claim budget is spent but runs may be waiting: hand over to a fresh tick.
+    services.tick_enqueue()
     return executed
 
 

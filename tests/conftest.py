@@ -19,6 +19,12 @@ from tests import factories
 ROOT = Path(settings.BASE_DIR)
 
 
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    """The demo data hashes seven passwords; the slow default hasher proves nothing here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def demo(db):
     """The documented demo data (API.md, Operations)."""

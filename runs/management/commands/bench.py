@@ -1,0 +1,248 @@
+"""Throughput and cost of scripted runs through the real worker cluster.
+
+Two phases, on the database in DATABASE_URL:
+1. calibration, in this process: a few runs queued and executed by the same code the workers
+   run, counting every SQL statement and every commit (queries per step, commits per run);
+2. throughput: N runs queued first, then a `qcluster` subprocess with W workers started to
+   execute them; the clock starts when the first run starts, so the figures are the workers'
+   and not this process's queueing (runs/s, steps/s, and per run the time from the later of
+   its queueing and that start to its completion).
+The last line printed is one JSON object.
+"""
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.models import Max, Min, Sum
+from django_q.models import OrmQ
+
+from agentportal.models import Membership, Merchant, Role
+from approvals.models import Order, OrderStatus
+from runs import services, worker
+from runs.models import AgentRun, RunEvent, RunStatus
+
+BENCH_SHOP = "bench-shop"
+RUNS_PER_ACCOUNT = 3  # the open-run limit per account
+WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
+
+
+class Counter:
+    """Counts SQL statements and commits on this process's connection."""
+
+    def __init__(self) -> None:
+        self.queries = 0
+        self.commits = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.queries += 1
+        # Outside a transaction every write commits by itself (django-q2's enqueue does).
+        if not connection.in_atomic_block and sql.lstrip().upper().startswith(WRITE_VERBS):
+            self.commits += 1
+        return execute(sql, params, many, context)
+
+    @contextmanager
+    def counting(self):
+        original_commit = connection.commit
+
+        def commit():
+            self.commits += 1
+            original_commit()
+
+        connection.commit = commit
+        try:
+            with connection.execute_wrapper(self):
+                yield self
+        finally:
+            del connection.commit
+
+
+class Command(BaseCommand):
+    help = "Benchmark scripted runs through the real worker cluster; prints one JSON line last."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--runs", type=int, default=1000)
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--scenario", choices=["plain"], default="plain")
+        parser.add_argument("--calibration-runs", type=int, default=30)
+        parser.add_argument("--timeout", type=float, default=600.0)
+
+    def handle(self, *args, runs, workers, scenario, calibration_runs, timeout, **options):
+        if runs < 1 or workers < 1:
+            raise CommandError("--runs and --workers must be at least 1")
+        merchant = self._bench_shop(max(runs, calibration_runs))
+        self._clear(merchant)
+        queries_per_step, commits_per_run = self._calibrate(merchant, calibration_runs)
+        self._clear(merchant)
+        result = self._throughput(merchant, runs, workers, timeout)
+        result.update(
+            {
+                "scenario": scenario,
+                "database": connection.vendor,
+                "runs": runs,
+                "workers": workers,
+                "queries_per_step": round(queries_per_step, 2),
+                "commits_per_run": round(commits_per_run, 2),
+            }
+        )
+        order = [
+            "scenario",
+            "database",
+            "runs",
+            "workers",
+            "wall_s",
+            "runs_per_s",
+            "steps_per_s",
+            "queued_to_done_ms",
+            "queries_per_step",
+            "commits_per_run",
+        ]
+        self.stdout.write(json.dumps({key: result[key] for key in order}))
+
+    # --- set-up ------------------------------------------------------------------------------
+
+    def _bench_shop(self, runs: int) -> Merchant:
+        """A shop with enough customers (each with an order) to queue every run at once."""
+        merchant, _ = Merchant.objects.get_or_create(
+            slug=BENCH_SHOP, defaults={"name": "Benchmark shop", "max_running_runs": 64}
+        )
+        needed = -(-runs // RUNS_PER_ACCOUNT)
+        existing = Membership.objects.filter(merchant=merchant).count()
+        if existing < needed:
+            users = User.objects.bulk_create(
+                [User(username=f"bench-{index}", password="!") for index in range(existing, needed)]
+            )
+            users = list(User.objects.filter(username__in=[u.username for u in users]))
+            Membership.objects.bulk_create(
+                [Membership(user=u, merchant=merchant, role=Role.CUSTOMER) for u in users]
+            )
+            placed = datetime(2026, 11, 2, tzinfo=UTC)
+            Order.objects.bulk_create(
+                [
+                    Order(
+                        merchant=merchant,
+                        number=f"ORD-{500000 + int(u.username.split('-')[1])}",
+                        customer=u,
+                        status=OrderStatus.DELIVERED,
+                        items=[
+                            {
+                                "sku": "SHOE-TRAIL-42",
+                                "name": "Trail running shoes",
+                                "size": "42",
+                                "quantity": 1,
+                                "unit_price": "89.90",
+                                "exchangeable": True,
+                            }
+                        ],
+                        total=Decimal("89.90"),
+                        placed_at=placed,
+                        delivered_at=placed,
+                    )
+                    for u in users
+                ]
+            )
+        return merchant
+
+    def _clear(self, merchant: Merchant) -> None:
+        AgentRun.objects.filter(merchant=merchant).delete()
+        OrmQ.objects.all().delete()
+
+    def _queue(self, merchant: Merchant, count: int) -> None:
+        customers = list(
+            User.objects.filter(memberships__merchant=merchant).order_by("pk")[
+                : -(-count // RUNS_PER_ACCOUNT)
+            ]
+        )
+        for index in range(count):
+            customer = customers[index // RUNS_PER_ACCOUNT]
+            number = 500000 + int(customer.username.split("-")[1])
+            services.queue_run(
+                merchant=merchant,
+                account=customer,
+                messages=[
+                    {"role": "user", "content": f"What is the status of order ORD-{number}?"}
+                ],
+            )
+
+    # --- phases ------------------------------------------------------------------------------
+
+    def _calibrate(self, merchant: Merchant, count: int) -> tuple[float, float]:
+        counter = Counter()
+        with counter.counting():
+            self._queue(merchant, count)
+            tick_queries_from = counter.queries
+            worker.tick()
+        tick_queries = counter.queries - tick_queries_from
+        done = AgentRun.objects.filter(merchant=merchant, status=RunStatus.COMPLETED)
+        if done.count() != count:
+            raise CommandError(f"calibration: {done.count()} of {count} runs completed")
+        steps = done.aggregate(steps=Sum("step"))["steps"]
+        return tick_queries / steps, counter.commits / count
+
+    def _throughput(self, merchant: Merchant, runs: int, workers: int, timeout: float) -> dict:
+        self._queue(merchant, runs)
+        cluster = self._start_cluster(workers)
+        try:
+            ends = time.monotonic() + timeout
+            pending = AgentRun.objects.filter(merchant=merchant).exclude(
+                status__in=[RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
+            )
+            while pending.exists():
+                if time.monotonic() > ends or cluster.poll() is not None:
+                    raise CommandError(f"{pending.count()} runs unfinished; see the cluster log")
+                time.sleep(0.05)
+        finally:
+            self._stop_cluster(cluster)
+        finished = AgentRun.objects.filter(merchant=merchant)
+        failed = finished.exclude(status=RunStatus.COMPLETED).count()
+        if failed:
+            raise CommandError(f"{failed} runs did not complete")
+        span = finished.aggregate(end=Max("finished_at"), steps=Sum("step"))
+        start = RunEvent.objects.filter(run__merchant=merchant, type="run.started").aggregate(
+            start=Min("created_at")
+        )["start"]
+        wall = (span["end"] - start).total_seconds()
+        latencies = sorted(
+            (done - max(created, start)).total_seconds() * 1000
+            for created, done in finished.values_list("created_at", "finished_at")
+        )
+        return {
+            "wall_s": round(wall, 3),
+            "runs_per_s": round(runs / wall, 1),
+            "steps_per_s": round(span["steps"] / wall, 1),
+            "queued_to_done_ms": {
+                "p50": round(statistics.median(latencies), 1),
+                "p95": round(latencies[max(0, int(len(latencies) * 0.95) - 1)], 1),
+            },
+        }
+
+    def _start_cluster(self, workers: int) -> subprocess.Popen:
+        env = {**os.environ, "AGENTPORTAL_WORKERS": str(workers)}
+        log = open(os.devnull, "w")  # noqa: SIM115 (the child owns it until it exits)
+        return subprocess.Popen(
+            [sys.executable, str(settings.BASE_DIR / "manage.py"), "qcluster"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _stop_cluster(self, cluster: subprocess.Popen) -> None:
+        if cluster.poll() is None:
+            cluster.send_signal(signal.SIGTERM)
+            try:
+                cluster.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(cluster.pid, signal.SIGKILL)
+                cluster.wait()

@@ -84,18 +84,21 @@ def run_slice(lease: Lease) -> None:
             if time.monotonic() > slice_ends:
                 services.run_release(lease=lease)
                 return
-            if run.next_node == Node.MODEL:
-                run = _model_step(run, lease)
-            elif run.next_node == Node.TOOLS:
-                run = _tools_step(run, lease)
-            else:
-                logger.error("run %s has no node to execute (%s)", run.pk, run.next_node)
-                return
-            lease.run = run
+            run = run_step(lease)
     except (LostRun, RunAbandoned) as lost:
         logger.info("dropping run %s: %s", lease.run_id, lost)
     except AccessRevoked:
         services.run_fail_access_revoked(lease=lease)
+
+
+def run_step(lease: Lease) -> AgentRun:
+    """Execute the node the run is at and commit its outcome."""
+    run = lease.run
+    if run.next_node == Node.MODEL:
+        return _model_step(run, lease)
+    if run.next_node == Node.TOOLS:
+        return _tools_step(run, lease)
+    raise LostRun(f"run {run.pk} has no node to execute at {run.next_node}")
 
 
 # --- waiting on slow work ------------------------------------------------------------------

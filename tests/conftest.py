@@ -19,6 +19,15 @@ from tests import factories
 ROOT = Path(settings.BASE_DIR)
 
 
+def pytest_configure(config):
+    # A test run killed mid-way leaves SQLite's -wal and -shm files beside the test database;
+    # next to a freshly created database file they read as a corrupt one ("disk I/O error").
+    test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") and test_name:
+        for stale in Path(test_name).parent.glob(f"{Path(test_name).name}*-[ws][ah][lm]"):
+            stale.unlink(missing_ok=True)
+
+
 @pytest.fixture(autouse=True)
 def fast_passwords(settings):
     """The demo data hashes seven passwords; the slow default hasher proves nothing here."""

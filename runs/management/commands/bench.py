@@ -17,7 +17,6 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -31,41 +30,11 @@ from django_q.models import OrmQ
 from agentportal.models import Membership, Merchant, Role
 from approvals.models import Order, OrderStatus
 from runs import services, worker
+from runs.metrics import Counter
 from runs.models import AgentRun, RunEvent, RunStatus
 
 BENCH_SHOP = "bench-shop"
 RUNS_PER_ACCOUNT = 3  # the open-run limit per account
-WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
-
-
-class Counter:
-    """Counts SQL statements and commits on this process's connection."""
-
-    def __init__(self) -> None:
-        self.queries = 0
-        self.commits = 0
-
-    def __call__(self, execute, sql, params, many, context):
-        self.queries += 1
-        # Outside a transaction every write commits by itself (django-q2's enqueue does).
-        if not connection.in_atomic_block and sql.lstrip().upper().startswith(WRITE_VERBS):
-            self.commits += 1
-        return execute(sql, params, many, context)
-
-    @contextmanager
-    def counting(self):
-        original_commit = connection.commit
-
-        def commit():
-            self.commits += 1
-            original_commit()
-
-        connection.commit = commit
-        try:
-            with connection.execute_wrapper(self):
-                yield self
-        finally:
-            del connection.commit
 
 
 class Command(BaseCommand):

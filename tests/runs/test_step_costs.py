@@ -1,0 +1,70 @@
+"""What a run costs the database: statements per graph step and commits per plain run."""
+
+import pytest
+from django.db import connection
+
+from runs import services, worker
+from runs.metrics import Counter
+from runs.models import AgentRun, RunStatus
+from tests import factories
+
+MAX_QUERIES_PER_STEP = 12
+MAX_COMMITS_PER_PLAIN_RUN = 6
+MESSAGE = "What is the status of order ORD-1001?"
+
+
+def _old_runs(merchant, count: int) -> None:
+    """Finished runs already in the database; they must not make a step dearer."""
+    customer = factories.user_create(merchant=merchant)
+    template = factories.run_queue(customer=customer, merchant=merchant, message=MESSAGE)
+    AgentRun.objects.bulk_create(
+        AgentRun(
+            merchant=merchant,
+            account=customer,
+            status=RunStatus.COMPLETED,
+            graph_version=template.graph_version,
+            release_snapshot=template.release_snapshot,
+            messages=template.messages,
+        )
+        for _ in range(count)
+    )
+    AgentRun.objects.filter(pk=template.pk).update(status=RunStatus.COMPLETED)
+
+
+@pytest.mark.parametrize("runs_already_there", [0, 500])
+def test_each_step_of_a_plain_run_stays_within_the_query_budget(
+    demo, django_assert_max_num_queries, runs_already_there
+):
+    # given
+    _old_runs(demo, runs_already_there)
+    alice = demo.memberships.get(user__username="alice").user
+    factories.run_queue(customer=alice, merchant=demo, message=MESSAGE)
+
+    # when / then: the claim and every step, one at a time
+    with django_assert_max_num_queries(MAX_QUERIES_PER_STEP):
+        lease = services.run_claim()
+    steps = 0
+    while lease.run.status == RunStatus.RUNNING:
+        with django_assert_max_num_queries(MAX_QUERIES_PER_STEP):
+            worker.run_step(lease)
+        steps += 1
+    assert lease.run.status == RunStatus.COMPLETED
+    assert steps == 3  # model, lookup_order, model
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plain_run_commits_at_most_six_times(demo):
+    # given
+    alice = demo.memberships.get(user__username="alice").user
+    counter = Counter()
+
+    # when: accepted, woken, claimed and executed
+    with counter.counting():
+        run = factories.run_queue(customer=alice, merchant=demo, message=MESSAGE)
+        worker.tick()
+
+    # then
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+    assert 3 <= counter.commits <= MAX_COMMITS_PER_PLAIN_RUN
+    assert not connection.in_atomic_block

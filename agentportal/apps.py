@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class AgentPortalConfig(AppConfig):
     name = "agentportal"
     verbose_name = "Tenancy and access"
+
+    def ready(self) -> None:
+        from agentportal import schema  # noqa: F401 (registers the OpenAPI auth extension)

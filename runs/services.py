@@ -8,6 +8,8 @@ BEGIN (IMMEDIATE), and every transition is also a conditional UPDATE whose row c
 import hashlib
 import json
 import logging
+import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -313,6 +315,12 @@ class Lease:
     attempt_id: int | None = None
     attempt_no: int = 0
     run: AgentRun | None = field(default=None, repr=False)
+    # time.monotonic() at which the worker's slice ends: the step committed after it hands
+    # the run back to the queue.
+    slice_ends: float = math.inf
+
+    def slice_spent(self) -> bool:
+        return time.monotonic() >= self.slice_ends
 
 
 class LostRun(Exception):
@@ -569,6 +577,7 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     if commit.messages:
         plan.fields["messages"] = [*run.messages, *commit.messages]
     attempt = None
+    now = timezone.now()
     if commit.fail_with is not None:
         plan.fail(*commit.fail_with)
     elif commit.complete_with is not None:
@@ -578,10 +587,17 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
             ("run.completed", {"result": commit.complete_with}),
             result=commit.complete_with,
         )
+    elif run.deadline_at is not None and run.deadline_at <= now:
+        plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
+    elif commit.run_fields.get("status", RunStatus.RUNNING) != RunStatus.RUNNING:
+        pass  # a pause: the run waits for a person
+    elif lease.slice_spent():
+        # Back to the queue in this same commit; the next claim records the model attempt.
+        plan.fields.update(status=RunStatus.QUEUED, lease_expires_at=None)
+        tick_enqueue()
     elif commit.next_node == Node.MODEL:
         attempt_no = 1 if commit.advance_step else lease.attempt_no + 1
         attempt = _plan_attempt(plan, step=step, attempt_no=attempt_no)
-    now = timezone.now()
     with locked_run(lease, **plan.row_fields(now)):
         if commit.attempt_status is not None and lease.attempt_id is not None:
             ModelAttempt.objects.filter(pk=lease.attempt_id).update(
@@ -599,15 +615,6 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
         if commit.on_locked is not None:
             commit.on_locked(run)
     return run
-
-
-def run_release(*, lease: Lease) -> None:
-    """Give a run back to the queue (its slice is spent); another tick continues it."""
-    with transaction.atomic():
-        AgentRun.objects.filter(
-            pk=lease.run_id, status=RunStatus.RUNNING, lease_token=lease.token
-        ).update(status=RunStatus.QUEUED, lease_expires_at=None, updated_at=timezone.now())
-        tick_enqueue()
 
 
 def run_fail(*, lease: Lease, code: str, detail: str) -> bool:

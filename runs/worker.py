@@ -76,14 +76,14 @@ def tick() -> int:
 
 
 def run_slice(lease: Lease) -> None:
-    """Execute a claimed run until it finishes, waits, spends its slice or is lost."""
-    slice_ends = time.monotonic() + _config("SLICE_SECONDS")
+    """Execute a claimed run until it finishes, waits, spends its slice or is lost.
+
+    A spent slice is noticed by the next step's commit, which hands the run back to the queue.
+    """
+    lease.slice_ends = time.monotonic() + _config("SLICE_SECONDS")
     run = lease.run
     try:
         while run.status == RunStatus.RUNNING:
-            if time.monotonic() > slice_ends:
-                services.run_release(lease=lease)
-                return
             run = run_step(lease)
     except (LostRun, RunAbandoned) as lost:
         logger.info("dropping run %s: %s", lease.run_id, lost)

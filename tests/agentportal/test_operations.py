@@ -16,13 +16,6 @@ from approvals.models import Order, StockLevel
 from runs.models import AgentRelease, WorkerHeartbeat
 from runs.services import heartbeat_beat
 
-
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    """seed_demo hashes seven passwords; a fast hasher keeps each test well under a second."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 # --- /healthz ----------------------------------------------------------------------------------
 
 

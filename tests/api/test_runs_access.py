@@ -23,12 +23,6 @@ RUNS = "/api/v1/runs"
 BODY = {"message": "What is the status of order ORD-1001?"}
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    """seed_demo hashes seven passwords; a fast hasher keeps each test well under a second."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def raw_key_of(client: APIClient) -> str:
     return client._credentials["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
 

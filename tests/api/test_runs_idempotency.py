@@ -13,12 +13,6 @@ RUNS = "/api/v1/runs"
 BODY = {"message": "What is the status of order ORD-1001?"}
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    """seed_demo hashes seven passwords; a fast hasher keeps each test well under a second."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def assert_problem(response, status: int, code: str) -> dict:
     assert response.status_code == status, response.content
     assert response["Content-Type"].startswith(CONTENT_TYPE)

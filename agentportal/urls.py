@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("runs.urls")),
+    path("api/v1/", include("approvals.urls")),
 ]
 
 handler404 = "agentportal.views.not_found"

@@ -8,8 +8,16 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The after-sales domain plugs into the generic runtime here: its graph versions and
         # its tools. `runs` never imports this app.
-        from approvals import tools
+        from approvals import services, tools
+        from runs import selectors as run_selectors
+        from runs import services as run_services
+        from runs import worker
         from runs.releases import GraphRelease, graph_release_register
+        from runs.tools import Policy
 
         graph_release_register(GraphRelease(version="after-sales-v10"))
         tools.register()
+        worker.INTERRUPT_HANDLERS[Policy.APPROVAL] = services.approval_interrupt
+        run_services.RUN_FINISH_HOOKS.append(services.approvals_on_run_finish)
+        run_services.MAINTENANCE_HOOKS.append(services.approvals_expire_due)
+        run_selectors.PENDING_PROVIDERS.append(services.approval_pending)

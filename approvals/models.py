@@ -56,3 +56,92 @@ class StockLevel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.sku}: {self.quantity}"
+
+
+class Refund(models.Model):
+    """The refund ledger: one row per tool-call key, so a replayed call never pays twice."""
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.PROTECT, related_name="refunds")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="refunds")
+    amount = models.DecimalField(max_digits=10, decimal_places=2)
+    reason = models.CharField(max_length=500, blank=True)
+    idempotency_key = models.CharField(max_length=120, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.amount} for {self.order}"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING_APPROVAL = "PENDING_APPROVAL"
+    APPROVED_EXECUTING = "APPROVED_EXECUTING"
+    EXECUTED = "EXECUTED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+
+
+class Decision(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+    REVISE = "revise"
+
+
+class Approval(models.Model):
+    """A supervisor's work item and the audit record of one sensitive tool call.
+
+    Written in the same transaction as the run's state snapshot and never disagreeing with it.
+    Proposed (what the model asked), approved (after a revision) and executed arguments are
+    kept apart; the digest pins the approved set.
+    """
+
+    interrupt_id = models.CharField(max_length=64, unique=True)
+    run = models.ForeignKey("runs.AgentRun", on_delete=models.CASCADE, related_name="approvals")
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="approvals")
+    tool_name = models.CharField(max_length=64)
+    tool_execution_key = models.CharField(max_length=120, unique=True)
+    proposed_args = models.JSONField()
+    approved_args = models.JSONField(null=True, blank=True)
+    executed_args = models.JSONField(null=True, blank=True)
+    args_digest = models.CharField(max_length=64, blank=True)
+    status = models.CharField(
+        max_length=20, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING_APPROVAL
+    )
+    decision = models.CharField(max_length=8, choices=Decision.choices, blank=True)
+    reason = models.TextField(blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approval_decisions",
+    )
+    decided_by_key = models.ForeignKey(
+        "agentportal.ApiKey", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["merchant", "status", "-created_at"], name="approval_inbox_idx"),
+            models.Index(fields=["status", "expires_at"], name="approval_expiry_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.interrupt_id} {self.tool_name} ({self.status})"
+
+    @property
+    def decided_by_name(self) -> str | None:
+        if self.decided_by_id:
+            return self.decided_by.get_username()
+        if self.decided_by_key_id:
+            return f"service:{self.merchant.slug}"
+        return None

@@ -1,4 +1,7 @@
-from approvals.models import Order, StockLevel
+from django.db.models import QuerySet
+
+from agentportal.principals import Principal
+from approvals.models import Approval, Order, StockLevel
 
 
 def order_for_customer(*, merchant_id: int, customer_id: int, number: str) -> Order | None:
@@ -15,3 +18,14 @@ def orders_for_customer(*, merchant_id: int, customer_id: int):
 def stock_level(*, merchant_id: int, sku: str) -> int:
     level = StockLevel.objects.filter(merchant_id=merchant_id, sku=sku).first()
     return level.quantity if level else 0
+
+
+def approvals_visible_to(principal: Principal) -> QuerySet[Approval]:
+    """A merchant's approvals, with what their representation needs in the same query."""
+    return Approval.objects.filter(merchant=principal.merchant).select_related(
+        "merchant", "decided_by"
+    )
+
+
+def approval_for(principal: Principal, interrupt_id: str) -> Approval | None:
+    return approvals_visible_to(principal).filter(interrupt_id=interrupt_id).first()

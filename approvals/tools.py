@@ -2,13 +2,16 @@
 customer and shop: an order of another customer does not exist for this run."""
 
 import time
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
+from django.db.models import F
 from pydantic import BaseModel, ConfigDict, Field
 
 from approvals import selectors
-from approvals.models import Order, OrderStatus
+from approvals.models import Order, OrderStatus, Refund
 from runs.tools import Policy, Tool, ToolCancelled, ToolContext, ToolError, tool_register
 
 ORDER_NUMBER = r"^ORD-\d{1,12}$"
@@ -35,6 +38,12 @@ class ExchangeEligibilityArgs(_Args):
 class CheckStockArgs(_Args):
     sku: str = Field(min_length=1, max_length=64)
     size: str = Field(default="", max_length=8, description="A size; empty: the SKU's own.")
+
+
+class IssueRefundArgs(_Args):
+    order_id: str = Field(pattern=ORDER_NUMBER)
+    amount: Decimal = Field(gt=0, max_digits=10, decimal_places=2, description="e.g. 49.90")
+    reason: str = Field(min_length=1, max_length=500)
 
 
 def _order(context: ToolContext, number: str) -> Order:
@@ -115,6 +124,45 @@ def check_stock(args: CheckStockArgs, context: ToolContext) -> dict[str, Any]:
     }
 
 
+def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
+    """Pay money back: one ledger row per call key, never more than is left refundable.
+
+    Idempotent by the key: a second execution returns the first one's refund.
+    """
+    with transaction.atomic():
+        refund = (
+            Refund.objects.select_related("order")
+            .filter(idempotency_key=context.idempotency_key)
+            .first()
+        )
+        if refund is None:
+            order = _order(context, args.order_id)
+            order = Order.objects.select_for_update().get(pk=order.pk)
+            if args.amount > order.refundable:
+                raise ToolError(
+                    f"only {order.refundable} of {order.number} is left to refund, "
+                    f"not {args.amount}"
+                )
+            paid = Order.objects.filter(pk=order.pk, refunded=order.refunded).update(
+                refunded=F("refunded") + args.amount
+            )
+            if paid != 1:
+                raise ToolError("the order changed meanwhile; try again")
+            refund = Refund.objects.create(
+                merchant_id=order.merchant_id,
+                order=order,
+                amount=args.amount,
+                reason=args.reason,
+                idempotency_key=context.idempotency_key,
+            )
+    return {
+        "status": "executed",
+        "refund_id": refund.pk,
+        "order_id": refund.order.number,
+        "amount": str(refund.amount),
+    }
+
+
 def register() -> None:
     for tool in (
         Tool(
@@ -137,6 +185,13 @@ def register() -> None:
             args_model=ExchangeEligibilityArgs,
             policy=Policy.AUTO,
             executor=check_exchange_eligibility,
+        ),
+        Tool(
+            name="issue_refund",
+            description="Refund an amount of an order to the customer. A supervisor approves.",
+            args_model=IssueRefundArgs,
+            policy=Policy.APPROVAL,
+            executor=issue_refund,
         ),
         Tool(
             name="check_stock",

@@ -568,9 +568,13 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     plan = RunPlan(run)
     step = run.step + 1 if commit.advance_step else run.step
     plan.fields.update(
-        step=step,
-        next_node=commit.next_node,
-        lease_expires_at=timezone.now() + timedelta(seconds=_config("LEASE_SECONDS")),
+        {
+            "step": step,
+            "next_node": commit.next_node,
+            "lease_expires_at": timezone.now() + timedelta(seconds=_config("LEASE_SECONDS")),
+        }
+    )
+    plan.fields.update(
         **commit.run_fields,
     )
     plan.events.extend(commit.events)
@@ -615,6 +619,43 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
         if commit.on_locked is not None:
             commit.on_locked(run)
     return run
+
+
+def run_resume_locked(
+    run: AgentRun, *, state_snapshot: dict | None, events: list[tuple[str, dict]]
+) -> None:
+    """Put a waiting run back in the queue after a person answered; its deadline restarts.
+
+    Call holding the run's lock (select_for_update), inside the transaction. Decided by a
+    conditional UPDATE on the waiting status and the version read under the lock.
+    """
+    now = timezone.now()
+    limits = run.release_snapshot["manifest"]["limits"]
+    plan = RunPlan(run)
+    plan.fields.update(
+        status=RunStatus.QUEUED,
+        state_snapshot=state_snapshot,
+        deadline_at=now + timedelta(seconds=limits["run_deadline_seconds"]),
+        wait_deadline_at=None,
+    )
+    plan.events.extend(events)
+    updated = AgentRun.objects.filter(pk=run.pk, status=run.status, version=run.version).update(
+        **plan.row_fields(now)
+    )
+    if updated != 1:
+        raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
+    plan.write_children(now)
+    tick_enqueue()
+
+
+def run_snapshot_save_locked(run: AgentRun, *, state_snapshot: dict) -> None:
+    """Record a new state of the pending call without touching the run's progress.
+
+    Call holding the run's lock, inside the transaction. The version is left alone on
+    purpose: the worker that holds the run will commit its step on top of it.
+    """
+    AgentRun.objects.filter(pk=run.pk).update(state_snapshot=state_snapshot)
+    run.state_snapshot = state_snapshot
 
 
 def run_fail(*, lease: Lease, code: str, detail: str) -> bool:

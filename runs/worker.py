@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -43,9 +44,20 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Interrupt handlers for tool policies other than `auto`, registered by domain apps. A handler
-# gets the run, the lease, the tool, its validated arguments and the call's key, and returns
-# the StepCommit that pauses the run (or None to fall back to "not available").
+# gets the run, the lease, the tool, its validated arguments and the call's key, and returns a
+# StepCommit (pause the run, or fail it) or the call's ToolOutcome.
 INTERRUPT_HANDLERS: dict[str, Callable[..., StepCommit | None]] = {}
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What a tool call came to. `recorded`: its ToolExecution row was already committed
+    (by an executor that commits its side effect and the row together)."""
+
+    status: str
+    arguments: dict[str, Any]
+    result: dict[str, Any]
+    recorded: bool = False
 
 
 class RunAbandoned(Exception):
@@ -246,28 +258,30 @@ def _tools_step(run: AgentRun, lease: Lease) -> AgentRun:
         last = all(k in done for k in keys[index + 1 :])
         name = call["function"]["name"]
         tool = declared.get(name)
-        commit_or_result = _tool_outcome(run, lease, tool, name, call, key, index, limit)
-        if isinstance(commit_or_result, StepCommit):
-            return services.run_step_commit(lease=lease, commit=commit_or_result)
-        status, arguments, result = commit_or_result
+        outcome = _tool_outcome(run, lease, tool, name, call, key, index, limit)
+        if isinstance(outcome, StepCommit):
+            return services.run_step_commit(lease=lease, commit=outcome)
         execution = ToolExecution(
             run_id=run.pk,
             step=run.step,
             index=index,
             idempotency_key=key,
             tool=name,
-            args=arguments,
-            status=status,
-            result=result,
+            args=outcome.arguments,
+            status=outcome.status,
+            result=outcome.result,
         )
         done[key] = execution
         commit = StepCommit(
             next_node=Node.TOOLS,
             advance_step=False,
             events=[
-                ("tool.result", {"key": key, "tool": name, "status": status, "result": result})
+                (
+                    "tool.result",
+                    {"key": key, "tool": name, "status": outcome.status, "result": outcome.result},
+                )
             ],
-            tool_executions=[execution],
+            tool_executions=[] if outcome.recorded else [execution],
         )
         if last:
             _finish_turn(commit, calls, keys, done)
@@ -300,16 +314,22 @@ def _tool_outcome(
     index: int,
     limit: int,
 ) -> StepCommit | tuple[str, dict, dict]:
-    """Either a StepCommit that pauses the run, or (status, arguments, result) of the call."""
+    """Either a StepCommit (the run pauses or fails) or what the call came to."""
     raw_arguments = call["function"].get("arguments") or "{}"
     try:
         arguments = json.loads(raw_arguments)
     except ValueError:
-        return ToolStatus.FAILED, {"raw": raw_arguments}, {"error": "arguments are not JSON"}
+        return ToolOutcome(
+            ToolStatus.FAILED, {"raw": raw_arguments}, {"error": "arguments are not JSON"}
+        )
     if index >= limit:
-        return ToolStatus.FAILED, arguments, {"error": f"at most {limit} tool calls per turn"}
+        return ToolOutcome(
+            ToolStatus.FAILED, arguments, {"error": f"at most {limit} tool calls per turn"}
+        )
     if tool is None:
-        return ToolStatus.FAILED, arguments, {"error": f"the tool {name} is not available"}
+        return ToolOutcome(
+            ToolStatus.FAILED, arguments, {"error": f"the tool {name} is not available"}
+        )
     try:
         validated = tool.args_model.model_validate(arguments)
     except ValidationError as error:
@@ -317,15 +337,16 @@ def _tool_outcome(
             {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
             for e in error.errors()
         ]
-        return ToolStatus.FAILED, arguments, {"error": "invalid arguments", "errors": problems}
+        return ToolOutcome(
+            ToolStatus.FAILED, arguments, {"error": "invalid arguments", "errors": problems}
+        )
     if tool.policy != Policy.AUTO:
         handler = INTERRUPT_HANDLERS.get(tool.policy)
-        commit = (
-            handler(run=run, lease=lease, tool=tool, args=validated, key=key) if handler else None
-        )
-        if commit is None:
-            return ToolStatus.FAILED, arguments, {"error": f"the tool {name} is not available"}
-        return commit
+        if handler is None:
+            return ToolOutcome(
+                ToolStatus.FAILED, arguments, {"error": f"the tool {name} is not available"}
+            )
+        return handler(run=run, lease=lease, tool=tool, args=validated, key=key)
     token = CancellationToken()
     context = ToolContext(
         run_id=run.pk,
@@ -340,7 +361,7 @@ def _tool_outcome(
         else:
             result = tool.executor(validated, context)
     except ToolError as error:
-        return ToolStatus.FAILED, arguments, {"error": str(error)}
+        return ToolOutcome(ToolStatus.FAILED, arguments, {"error": str(error)})
     except ToolCancelled as cancelled:
         raise RunAbandoned(str(cancelled)) from cancelled
     except RunAbandoned:
@@ -352,4 +373,4 @@ def _tool_outcome(
             advance_step=False,
             fail_with=(ErrorCode.TOOL_ERROR, f"{name} failed: {type(error).__name__}: {error}"),
         )
-    return ToolStatus.SUCCEEDED, arguments, result
+    return ToolOutcome(ToolStatus.SUCCEEDED, arguments, result)

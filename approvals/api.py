@@ -1,0 +1,119 @@
+"""REST endpoints for tool-call decisions. Thin: parse, call one service, render."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentportal.problems import Problem
+from approvals import selectors, services
+from approvals.models import ApprovalStatus
+from approvals.serializers import (
+    ApprovalPageSerializer,
+    ApprovalSerializer,
+    DecisionOnApprovalSerializer,
+    DecisionResultSerializer,
+    DecisionSerializer,
+)
+from runs.api import PAGE_SIZE, principal_of, run_or_404
+from runs.selectors import InvalidCursor, page_newest_first, run_for
+from runs.serializers import RunSerializer
+
+
+def supervisor_or_403(request):
+    principal = principal_of(request)
+    if not (principal.can_supervise or principal.is_service):
+        raise Problem(403, "permission_denied", "Only supervisors and service keys do this.")
+    return principal
+
+
+def approval_or_404(request, interrupt_id):
+    approval = selectors.approval_for(principal_of(request), interrupt_id)
+    if approval is None:
+        raise Problem(404, "not_found", "No such approval.")
+    return approval
+
+
+def _decide(request, run, serializer_class, interrupt_id=None):
+    principal = supervisor_or_403(request)
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    data = serializer.validated_data
+    if interrupt_id is not None and data.get("interrupt_id", interrupt_id) != interrupt_id:
+        raise Problem(409, "interrupt_mismatch", "The body names another interrupt.")
+    run, approval = services.approval_decide(
+        run=run,
+        principal=principal,
+        request=services.DecisionRequest(
+            interrupt_id=interrupt_id or data["interrupt_id"],
+            decision=data["decision"],
+            tool_args=data.get("tool_args"),
+            reason=data.get("reason", ""),
+        ),
+    )
+    return Response({"run": RunSerializer(run).data, "approval": ApprovalSerializer(approval).data})
+
+
+class RunResumeView(APIView):
+    @extend_schema(
+        operation_id="runs_resume", request=DecisionSerializer, responses=DecisionResultSerializer
+    )
+    def post(self, request, run_id):
+        return _decide(request, run_or_404(request, run_id), DecisionSerializer)
+
+
+class ApprovalsView(APIView):
+    @extend_schema(
+        operation_id="approvals_list",
+        parameters=[
+            OpenApiParameter("status", str, enum=list(ApprovalStatus.values)),
+            OpenApiParameter("tool", str),
+            OpenApiParameter("cursor", str),
+        ],
+        responses=ApprovalPageSerializer,
+    )
+    def get(self, request):
+        approvals = selectors.approvals_visible_to(supervisor_or_403(request))
+        status = request.query_params.get("status")
+        if status:
+            if status not in ApprovalStatus.values:
+                raise Problem(
+                    400,
+                    "validation_error",
+                    "Unknown status.",
+                    errors=[{"field": "status", "message": ", ".join(ApprovalStatus.values)}],
+                )
+            approvals = approvals.filter(status=status)
+        if tool := request.query_params.get("tool"):
+            approvals = approvals.filter(tool_name=tool)
+        try:
+            page, next_cursor = page_newest_first(
+                approvals, cursor=request.query_params.get("cursor"), size=PAGE_SIZE
+            )
+        except InvalidCursor as error:
+            raise Problem(
+                400,
+                "validation_error",
+                str(error),
+                errors=[{"field": "cursor", "message": str(error)}],
+            ) from error
+        return Response({"results": ApprovalSerializer(page, many=True).data, "next": next_cursor})
+
+
+class ApprovalDetailView(APIView):
+    @extend_schema(operation_id="approvals_retrieve", responses=ApprovalSerializer)
+    def get(self, request, interrupt_id):
+        supervisor_or_403(request)
+        return Response(ApprovalSerializer(approval_or_404(request, interrupt_id)).data)
+
+
+class ApprovalDecisionView(APIView):
+    @extend_schema(
+        operation_id="approvals_decide",
+        request=DecisionOnApprovalSerializer,
+        responses=DecisionResultSerializer,
+    )
+    def post(self, request, interrupt_id):
+        principal = principal_of(request)
+        approval = approval_or_404(request, interrupt_id)
+        run = run_for(principal, approval.run_id)
+        return _decide(request, run, DecisionOnApprovalSerializer, interrupt_id=interrupt_id)

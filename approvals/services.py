@@ -1,0 +1,528 @@
+"""Human decisions on sensitive tool calls (DESIGN 6.1). Every change of an approval goes
+through here: the API, the admin, the portal pages, the worker and `maintain` call it.
+
+Lock order: Membership -> AgentRun -> Approval. The run's state snapshot and the Approval row
+change in the same transaction and never disagree.
+"""
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+from pydantic import BaseModel, ValidationError
+
+from agentportal.models import ApiKey
+from agentportal.principals import Principal
+from agentportal.problems import Problem
+from agentportal.selectors import supervisor_memberships
+from approvals.models import Approval, ApprovalStatus, Decision
+from runs import services as run_services
+from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
+from runs.services import Lease, StepCommit
+from runs.snapshot import (
+    CallStatus,
+    PendingToolCall,
+    RunContext,
+    SnapshotError,
+    StateSnapshot,
+    snapshot_parse,
+    transition_check,
+)
+from runs.tools import TOOLS, CancellationToken, Tool, ToolContext, ToolError
+from runs.worker import ToolOutcome
+
+logger = logging.getLogger(__name__)
+
+
+def interrupt_id_for(key: str) -> str:
+    """The interrupt id of a tool call: derived from its key, so a replayed step finds it."""
+    return "int-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def args_digest(arguments: dict[str, Any]) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """Validate arguments with the tool's schema; a 400 with field errors otherwise."""
+    try:
+        return tool.args_model.model_validate(arguments).model_dump(mode="json")
+    except ValidationError as error:
+        raise Problem(
+            400,
+            "validation_error",
+            f"The arguments do not fit {tool.name}.",
+            errors=[
+                {
+                    "field": ".".join(["tool_args", *(str(p) for p in e["loc"])]),
+                    "message": e["msg"],
+                }
+                for e in error.errors()
+            ],
+        ) from error
+
+
+def _snapshot(run: AgentRun, call: PendingToolCall) -> dict[str, Any]:
+    thread = getattr(run, "conversation_id", None) or run.pk
+    return StateSnapshot(
+        version=2,
+        pending_tool_call=call,
+        run_context=RunContext(thread_id=str(thread), run_id=str(run.pk)),
+    ).dump()
+
+
+def _call_moved(call: PendingToolCall, status: str, **changes: Any) -> PendingToolCall:
+    transition_check(call.status, status)
+    return call.model_copy(update={"status": status, "updated_at": timezone.now(), **changes})
+
+
+# --- the worker's side ----------------------------------------------------------------------
+
+
+def approval_interrupt(
+    *, run: AgentRun, lease: Lease, tool: Tool, args: BaseModel, key: str
+) -> StepCommit | ToolOutcome:
+    """The tools node met a call that needs approval: pause for it, or act on its decision.
+
+    Registered as the runtime's handler for the `approval` policy.
+    """
+    interrupt_id = interrupt_id_for(key)
+    call = None
+    if run.state_snapshot:
+        try:
+            snapshot = snapshot_parse(run.state_snapshot)
+        except SnapshotError:
+            logger.error("run %s has an invalid state snapshot; left for an operator", run.pk)
+            raise
+        if snapshot.pending_tool_call.interrupt_id == interrupt_id:
+            call = snapshot.pending_tool_call
+    if call is None:
+        return _pause(run=run, tool=tool, args=args, key=key, interrupt_id=interrupt_id)
+    if call.status == CallStatus.APPROVED_EXECUTING:
+        return _execute_approved(run=run, tool=tool, call=call, key=key)
+    if call.status == CallStatus.EXECUTED:
+        return ToolOutcome(ToolStatus.SUCCEEDED, call.tool_args, call.result or {})
+    approval = Approval.objects.get(interrupt_id=interrupt_id)
+    outcome = {
+        CallStatus.REJECTED: {"status": "rejected", "reason": approval.reason},
+        CallStatus.EXPIRED: {"status": "expired", "reason": "nobody decided in time"},
+        CallStatus.CANCELLED: {"status": "cancelled"},
+    }.get(call.status)
+    if outcome is None:
+        raise SnapshotError(f"run {run.pk} is executing a call still {call.status}")
+    return ToolOutcome(ToolStatus.FAILED, approval.proposed_args, outcome)
+
+
+def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id: str):
+    now = timezone.now()
+    ttl = run.release_snapshot["manifest"]["limits"]["approval_ttl_seconds"]
+    proposed = args.model_dump(mode="json")
+    call = PendingToolCall(
+        interrupt_id=interrupt_id,
+        tool_name=tool.name,
+        tool_args=proposed,
+        status=CallStatus.PENDING_APPROVAL,
+        expires_at=now + timedelta(seconds=ttl),
+        decision=None,
+        result=None,
+        updated_at=now,
+    )
+
+    def record(locked_run: AgentRun) -> None:
+        approval = Approval.objects.create(
+            interrupt_id=interrupt_id,
+            run_id=locked_run.pk,
+            merchant_id=locked_run.merchant_id,
+            tool_name=tool.name,
+            tool_execution_key=key,
+            proposed_args=proposed,
+            expires_at=call.expires_at,
+        )
+        transaction.on_commit(lambda: approval_notify(approval=approval))
+
+    return StepCommit(
+        next_node=Node.TOOLS,
+        advance_step=False,
+        run_fields={
+            "status": RunStatus.WAITING_APPROVAL,
+            "state_snapshot": _snapshot(run, call),
+            "lease_expires_at": None,
+        },
+        events=[
+            (
+                "approval.requested",
+                {
+                    "interrupt_id": interrupt_id,
+                    "tool_name": tool.name,
+                    "tool_args": proposed,
+                    "expires_at": call.expires_at.isoformat(),
+                },
+            )
+        ],
+        on_locked=record,
+    )
+
+
+def approver_still_allowed(approval: Approval) -> bool:
+    """Whoever approved must still hold a deciding role now, not only when they decided."""
+    if approval.decided_by_id is not None:
+        return (
+            supervisor_memberships(merchant=approval.merchant)
+            .filter(user_id=approval.decided_by_id)
+            .exists()
+            and approval.decided_by.is_active
+        )
+    if approval.decided_by_key_id is not None:
+        return ApiKey.objects.filter(
+            pk=approval.decided_by_key_id, revoked_at__isnull=True, merchant__active=True
+        ).exists()
+    return False
+
+
+def _execute_approved(*, run: AgentRun, tool: Tool, call: PendingToolCall, key: str):
+    approval = Approval.objects.select_related("decided_by", "merchant").get(
+        interrupt_id=call.interrupt_id
+    )
+    if not approver_still_allowed(approval):
+        return StepCommit(
+            next_node=Node.TOOLS,
+            advance_step=False,
+            fail_with=(
+                ErrorCode.APPROVER_REVOKED,
+                f"{approval.decided_by_name} no longer holds a deciding role.",
+            ),
+        )
+    if args_digest(call.tool_args) != approval.args_digest or call.tool_args != (
+        approval.approved_args
+    ):
+        return StepCommit(
+            next_node=Node.TOOLS,
+            advance_step=False,
+            fail_with=(
+                ErrorCode.APPROVAL_MISMATCH,
+                "The arguments about to run are not the ones approved.",
+            ),
+        )
+    validated = tool.args_model.model_validate(call.tool_args)
+    context = ToolContext(
+        run_id=run.pk,
+        merchant_id=run.merchant_id,
+        account_id=run.account_id,
+        idempotency_key=key,
+        cancel=CancellationToken(),
+    )
+    status, result = approval_execute(
+        approval=approval, tool=tool, args=validated, context=context, step=run.step
+    )
+    return ToolOutcome(status, call.tool_args, result, recorded=True)
+
+
+def approval_execute(
+    *, approval: Approval, tool: Tool, args: BaseModel, context: ToolContext, step: int
+) -> tuple[str, dict[str, Any]]:
+    """Run an approved call: the side effect, EXECUTED and the ToolExecution commit together,
+    whatever happened to the run meanwhile (a cancelled run stays cancelled; these rows are the
+    record that the side effect happened). Safe to call twice: the second call changes nothing.
+    """
+    with transaction.atomic():
+        run = AgentRun.objects.select_for_update().get(pk=approval.run_id)
+        approval = Approval.objects.select_for_update().get(pk=approval.pk)
+        done = ToolExecution.objects.filter(idempotency_key=context.idempotency_key).first()
+        if done is not None:
+            return done.status, done.result
+        transition_check(approval.status, ApprovalStatus.EXECUTED)
+        try:
+            result = tool.executor(args, context)
+            status = ToolStatus.SUCCEEDED
+        except ToolError as error:
+            result, status = {"status": "failed", "error": str(error)}, ToolStatus.FAILED
+        executed_args = args.model_dump(mode="json")
+        moved = Approval.objects.filter(
+            pk=approval.pk, status=ApprovalStatus.APPROVED_EXECUTING
+        ).update(status=ApprovalStatus.EXECUTED, executed_args=executed_args, result=result)
+        if moved != 1:
+            raise transaction.TransactionManagementError("approval changed under its lock")
+        ToolExecution.objects.create(
+            run_id=run.pk,
+            step=step,
+            index=int(context.idempotency_key.rsplit(":", 1)[1]),
+            idempotency_key=context.idempotency_key,
+            tool=tool.name,
+            args=executed_args,
+            status=status,
+            result=result,
+        )
+        snapshot = snapshot_parse(run.state_snapshot)
+        if snapshot.pending_tool_call.interrupt_id == approval.interrupt_id:
+            call = _call_moved(snapshot.pending_tool_call, CallStatus.EXECUTED, result=result)
+            run_services.run_snapshot_save_locked(run, state_snapshot=_snapshot(run, call))
+    return status, result
+
+
+def approval_notify(*, approval: Approval) -> None:
+    """Tell the shop's supervisors a call waits for them. Never blocks or fails the run."""
+    recipients = [
+        m.user.email for m in supervisor_memberships(merchant=approval.merchant) if m.user.email
+    ]
+    if not recipients:
+        return
+    try:
+        send_mail(
+            subject=f"Approval needed: {approval.tool_name} ({approval.interrupt_id})",
+            message=(
+                f"The agent wants to run {approval.tool_name} with {approval.proposed_args}.\n"
+                f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC: "
+                f"/portal/approvals/{approval.interrupt_id}/"
+            ),
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=recipients,
+        )
+    except Exception:
+        logger.exception("could not email the supervisors about %s", approval.interrupt_id)
+
+
+def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
+    """What a run waiting for approval shows in its `pending` list."""
+    if run.status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
+        return []
+    try:
+        call = snapshot_parse(run.state_snapshot).pending_tool_call
+    except SnapshotError:
+        return []
+    if call.status != CallStatus.PENDING_APPROVAL:
+        return []
+    return [
+        {
+            "interrupt_id": call.interrupt_id,
+            "kind": "approval",
+            "tool_name": call.tool_name,
+            "tool_args": call.tool_args,
+            "expires_at": call.expires_at,
+            "ticket_id": None,
+            "question": None,
+        }
+    ]
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    interrupt_id: str
+    decision: str
+    tool_args: dict[str, Any] | None = None
+    reason: str = ""
+
+
+def decision_validate(*, approval: Approval | None, request: DecisionRequest) -> dict | None:
+    """The body checks (400) that come before the lock: a reason to reject, revised arguments
+    that fit the tool. Returns the normalised revised arguments."""
+    if request.decision not in Decision.values:
+        raise Problem(
+            400,
+            "validation_error",
+            "Unknown decision.",
+            errors=[{"field": "decision", "message": "approve, reject or revise"}],
+        )
+    if request.decision == Decision.REJECT and not request.reason.strip():
+        raise Problem(
+            400,
+            "validation_error",
+            "A rejection needs a reason; the agent tells the customer.",
+            errors=[{"field": "reason", "message": "required to reject"}],
+        )
+    if request.decision != Decision.REVISE:
+        if request.tool_args is not None:
+            raise Problem(
+                400,
+                "validation_error",
+                "tool_args go with revise only.",
+                errors=[{"field": "tool_args", "message": "only with decision revise"}],
+            )
+        return None
+    if not isinstance(request.tool_args, dict):
+        raise Problem(
+            400,
+            "validation_error",
+            "A revision needs the edited tool_args.",
+            errors=[{"field": "tool_args", "message": "an object of the tool's arguments"}],
+        )
+    tool = TOOLS.get(approval.tool_name) if approval else None
+    if tool is None:
+        return request.tool_args
+    return tool_args_validate(tool, request.tool_args)
+
+
+def approval_decide(
+    *, run: AgentRun, principal: Principal, request: DecisionRequest
+) -> tuple[AgentRun, Approval]:
+    """Decide a pending call: approve, revise (approve edited arguments) or reject.
+
+    The checks come in the order of DESIGN 6.1. The caller has checked that the run is
+    visible (404) and that the principal may decide (403). Of any number of concurrent
+    decisions on one interrupt exactly one succeeds.
+    """
+    if not principal.can_supervise and not principal.is_service:
+        raise Problem(403, "permission_denied", "Only supervisors decide tool calls.")
+    approval = Approval.objects.filter(interrupt_id=request.interrupt_id, run=run).first()
+    revised = decision_validate(approval=approval, request=request)
+    expired = False
+    with transaction.atomic():
+        locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        try:
+            snapshot = snapshot_parse(locked.state_snapshot)
+        except SnapshotError as error:
+            raise Problem(
+                422, error.code, f"The run's state snapshot is unusable: {error}"
+            ) from None
+        call = snapshot.pending_tool_call
+        if call.interrupt_id != request.interrupt_id:
+            raise Problem(409, "interrupt_mismatch", "That is not the call this run is waiting on.")
+        approval = Approval.objects.select_for_update().get(interrupt_id=call.interrupt_id)
+        _refuse_unless_pending(locked, call, approval)
+        if timezone.now() >= call.expires_at:
+            _expire_locked(locked, snapshot, approval)
+            expired = True
+        else:
+            _decide_locked(locked, snapshot, approval, principal, request, revised)
+    if expired:
+        # Committed above: the call is EXPIRED and the run resumed; only now refuse.
+        raise Problem(410, "interrupt_expired", "The call expired before this decision.")
+    approval.refresh_from_db()
+    return locked, approval
+
+
+def _refuse_unless_pending(run: AgentRun, call: PendingToolCall, approval: Approval) -> None:
+    if call.status == CallStatus.EXPIRED:
+        raise Problem(410, "interrupt_expired", "The call expired; nothing was done.")
+    if call.status in CallStatus.DECIDED:
+        raise Problem(
+            409,
+            "already_decided",
+            f"{approval.decided_by_name or 'Someone'} decided this call already.",
+            decided_by=approval.decided_by_name,
+            decided_at=approval.decided_at.isoformat() if approval.decided_at else None,
+            decision=approval.decision or None,
+        )
+    if call.status == CallStatus.CANCELLED or run.is_finished:
+        raise Problem(409, "run_finished", "The run was cancelled or has ended.")
+    if run.status != RunStatus.WAITING_APPROVAL:
+        raise Problem(409, "not_waiting", "The run is not waiting for this decision.")
+
+
+def _decide_locked(run, snapshot, approval, principal, request, revised) -> None:
+    """Call holding the run's and the approval's locks."""
+    now = timezone.now()
+    if request.decision == Decision.REJECT:
+        status, approved = ApprovalStatus.REJECTED, None
+    else:
+        status = ApprovalStatus.APPROVED_EXECUTING
+        approved = revised if request.decision == Decision.REVISE else approval.proposed_args
+    moved = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING_APPROVAL).update(
+        status=status,
+        decision=request.decision,
+        reason=request.reason,
+        approved_args=approved,
+        args_digest=args_digest(approved) if approved is not None else "",
+        decided_by=principal.user,
+        decided_by_key=principal.api_key if principal.user is None else None,
+        decided_at=now,
+        updated_at=now,
+    )
+    if moved != 1:
+        raise transaction.TransactionManagementError("approval changed under its lock")
+    changes: dict[str, Any] = {"decision": request.decision}
+    if approved is not None:
+        changes["tool_args"] = approved
+    call = _call_moved(snapshot.pending_tool_call, status, **changes)
+    run_services.run_resume_locked(
+        run,
+        state_snapshot=_snapshot(run, call),
+        events=[
+            (
+                "approval.decided",
+                {
+                    "interrupt_id": approval.interrupt_id,
+                    "decision": request.decision,
+                    "decided_by": principal.name,
+                    "reason": request.reason or None,
+                    "tool_args": approved,
+                },
+            )
+        ],
+    )
+
+
+def _expire_locked(run: AgentRun, snapshot: StateSnapshot, approval: Approval) -> None:
+    """Call holding the run's and the approval's locks; the call is pending and due."""
+    moved = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING_APPROVAL).update(
+        status=ApprovalStatus.EXPIRED, updated_at=timezone.now()
+    )
+    if moved != 1:
+        raise transaction.TransactionManagementError("approval changed under its lock")
+    call = _call_moved(snapshot.pending_tool_call, CallStatus.EXPIRED)
+    run_services.run_resume_locked(
+        run,
+        state_snapshot=_snapshot(run, call),
+        events=[("approval.expired", {"interrupt_id": approval.interrupt_id})],
+    )
+
+
+def approval_expire(*, approval: Approval) -> bool:
+    """Expire one due call and resume its run with an "expired" result. False if it was
+    decided, cancelled or not yet due by the time its lock was taken."""
+    with transaction.atomic():
+        run = AgentRun.objects.select_for_update().get(pk=approval.run_id)
+        try:
+            snapshot = snapshot_parse(run.state_snapshot)
+        except SnapshotError:
+            logger.error("run %s has an invalid state snapshot; left for an operator", run.pk)
+            return False
+        call = snapshot.pending_tool_call
+        if (
+            call.interrupt_id != approval.interrupt_id
+            or call.status != CallStatus.PENDING_APPROVAL
+            or run.status != RunStatus.WAITING_APPROVAL
+            or timezone.now() < call.expires_at
+        ):
+            return False
+        locked = Approval.objects.select_for_update().get(pk=approval.pk)
+        _expire_locked(run, snapshot, locked)
+        return True
+
+
+def approvals_expire_due() -> int:
+    """`maintain`'s sweep: every pending call past its expiry."""
+    due = Approval.objects.filter(
+        status=ApprovalStatus.PENDING_APPROVAL, expires_at__lte=timezone.now()
+    )
+    return sum(approval_expire(approval=approval) for approval in due[:500])
+
+
+def approvals_on_run_finish(run: AgentRun, previous_status: str) -> None:
+    """A run that ends while its call is pending closes the call, so no dead item stays in an
+    inbox. Called by the runtime holding the run's lock."""
+    if previous_status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
+        return
+    try:
+        snapshot = snapshot_parse(run.state_snapshot)
+    except SnapshotError:
+        return
+    call = snapshot.pending_tool_call
+    if call.status != CallStatus.PENDING_APPROVAL:
+        return
+    Approval.objects.filter(
+        interrupt_id=call.interrupt_id, status=ApprovalStatus.PENDING_APPROVAL
+    ).update(status=ApprovalStatus.CANCELLED, updated_at=timezone.now())
+    run_services.run_snapshot_save_locked(
+        run, state_snapshot=_snapshot(run, _call_moved(call, CallStatus.CANCELLED))
+    )

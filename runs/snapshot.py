@@ -1,0 +1,91 @@
+"""state_snapshot v2: the strict, versioned record of a run's pending tool call (DESIGN 6.1)."""
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class CallStatus:
+    PENDING_APPROVAL = "PENDING_APPROVAL"
+    APPROVED_EXECUTING = "APPROVED_EXECUTING"
+    EXECUTED = "EXECUTED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+
+    ALL = (PENDING_APPROVAL, APPROVED_EXECUTING, EXECUTED, REJECTED, EXPIRED, CANCELLED)
+    DECIDED = (APPROVED_EXECUTING, EXECUTED, REJECTED)
+
+
+# Nothing else: an illegal transition is an error, never silently repaired.
+TRANSITIONS = {
+    CallStatus.PENDING_APPROVAL: {
+        CallStatus.APPROVED_EXECUTING,
+        CallStatus.REJECTED,
+        CallStatus.EXPIRED,
+        CallStatus.CANCELLED,
+    },
+    CallStatus.APPROVED_EXECUTING: {CallStatus.EXECUTED},
+}
+
+
+class IllegalTransition(Exception):
+    pass
+
+
+def transition_check(current: str, new: str) -> None:
+    if new not in TRANSITIONS.get(current, set()):
+        raise IllegalTransition(f"{current} -> {new} is not allowed")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class PendingToolCall(_Strict):
+    interrupt_id: str
+    tool_name: str
+    tool_args: dict[str, Any]
+    status: Literal[
+        "PENDING_APPROVAL", "APPROVED_EXECUTING", "EXECUTED", "REJECTED", "EXPIRED", "CANCELLED"
+    ]
+    expires_at: datetime
+    decision: Literal["approve", "reject", "revise"] | None
+    result: dict[str, Any] | None
+    updated_at: datetime
+
+
+class RunContext(_Strict):
+    thread_id: str
+    run_id: str
+
+
+class StateSnapshot(_Strict):
+    version: Literal[2]
+    pending_tool_call: PendingToolCall
+    run_context: RunContext
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class SnapshotError(Exception):
+    code = "snapshot_invalid"
+
+
+class SnapshotVersionUnsupported(SnapshotError):
+    code = "snapshot_version_unsupported"
+
+
+def snapshot_parse(data: Any) -> StateSnapshot:
+    """Validate a stored snapshot; anything but an exact v2 snapshot is an error."""
+    if not isinstance(data, dict):
+        raise SnapshotError("the state snapshot is not an object")
+    if data.get("version") != 2 or isinstance(data.get("version"), bool):
+        raise SnapshotVersionUnsupported(f"state snapshot version {data.get('version')!r}")
+    try:
+        return StateSnapshot.model_validate_json(json.dumps(data))
+    except (ValidationError, TypeError, ValueError) as error:
+        raise SnapshotError(str(error)) from error

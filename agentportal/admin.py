@@ -4,10 +4,24 @@ from agentportal.models import ApiKey, Membership, Merchant
 from agentportal.selectors import merchants_supervised_by
 
 
+def supervises_any(user) -> bool:
+    return user.is_active and user.is_staff and merchants_supervised_by(user=user).exists()
+
+
 class MerchantScopedAdmin(admin.ModelAdmin):
-    """Supervisors see only their shops' rows, choices and filters; operators see all."""
+    """Supervisors see only their shops' rows, choices and filters; operators see all.
+
+    Seeing needs a supervising membership, not a Django permission: access follows the
+    membership, so revoking it ends access at once.
+    """
 
     merchant_field = "merchant"
+
+    def has_module_permission(self, request):
+        return super().has_module_permission(request) or supervises_any(request.user)
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) or supervises_any(request.user)
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)

@@ -32,3 +32,16 @@ def merchants_supervised_by(*, user: User):
     return Merchant.objects.filter(
         memberships__user=user, memberships__active=True, memberships__role=Role.SUPERVISOR
     )
+
+
+def principal_for_user(*, user: User, merchant: Merchant):
+    """A signed-in user acting in a shop, by their current membership; superusers act as
+    operators. None when they have no standing there."""
+    from agentportal.principals import Principal
+
+    membership = membership_current(user=user, merchant=merchant)
+    if membership is not None and user.is_active:
+        return Principal(merchant=merchant, role=membership.role, user=user)
+    if user.is_active and user.is_superuser:
+        return Principal(merchant=merchant, role=Role.OPERATOR, user=user)
+    return None

@@ -174,11 +174,10 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id
 def approver_still_allowed(approval: Approval) -> bool:
     """Whoever approved must still hold a deciding role now, not only when they decided."""
     if approval.decided_by_id is not None:
-        return (
-            supervisor_memberships(merchant=approval.merchant)
-            .filter(user_id=approval.decided_by_id)
-            .exists()
-            and approval.decided_by.is_active
+        user = approval.decided_by
+        return user.is_active and (
+            user.is_superuser
+            or supervisor_memberships(merchant=approval.merchant).filter(user=user).exists()
         )
     if approval.decided_by_key_id is not None:
         return ApiKey.objects.filter(

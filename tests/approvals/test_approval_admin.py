@@ -1,0 +1,127 @@
+"""The admin as a supervisor uses it: scoped to their shops, deciding through the service."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agentportal.models import Merchant
+from agentportal.services import membership_revoke
+from approvals.models import Approval, ApprovalStatus
+from runs import worker
+from tests import factories
+
+REFUND = "I want a refund for ORD-1003 amount 20"
+
+
+def _pending(demo, message=REFUND) -> Approval:
+    alice = User.objects.get(username="alice")
+    run = factories.run_queue(customer=alice, merchant=demo, message=message)
+    worker.tick()
+    return Approval.objects.get(run=run)
+
+
+def _signed_in(username: str) -> Client:
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    return client
+
+
+def _act(client: Client, approval: Approval, action: str, reason: str = ""):
+    return client.post(
+        "/admin/approvals/approval/",
+        {"action": action, "_selected_action": [approval.pk], "reason": reason},
+        follow=True,
+    )
+
+
+def test_supervisor_sees_only_their_shops_approvals(demo):
+    # given: a pending call in each shop
+    ours = _pending(demo)
+    other = Merchant.objects.get(slug="other-shop")
+    olga = User.objects.get(username="olga")
+    factories.run_queue(customer=olga, merchant=other, message="refund ORD-9001 amount 5")
+    worker.tick()
+    theirs = Approval.objects.get(merchant=other)
+
+    # when
+    page = _signed_in("sam").get("/admin/approvals/approval/")
+
+    # then
+    assert page.status_code == 200
+    assert ours.interrupt_id in page.text
+    assert theirs.interrupt_id not in page.text
+    assert _signed_in("sam").get(f"/admin/approvals/approval/{theirs.pk}/change/").status_code in (
+        302,
+        404,
+    )
+
+
+def test_approve_action_decides_and_reports_who_decided_first(demo):
+    approval = _pending(demo)
+
+    first = _act(_signed_in("sam"), approval, "approve_selected")
+    second = _act(_signed_in("sue"), approval, "approve_selected")
+
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.APPROVED_EXECUTING
+    assert approval.decided_by.username == "sam"
+    assert f"Approval {approval.interrupt_id}: approved." in first.text
+    assert "already decided by sam" in second.text
+
+
+def test_reject_action_needs_a_reason(demo):
+    approval = _pending(demo)
+
+    refused = _act(_signed_in("sam"), approval, "reject_selected")
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+    assert "needs a reason" in refused.text
+
+    _act(_signed_in("sam"), approval, "reject_selected", reason="order too old")
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.REJECTED
+    assert approval.reason == "order too old"
+
+
+def test_decide_page_revises_the_arguments(demo):
+    approval = _pending(demo)
+    url = f"/admin/approvals/approval/{approval.pk}/decide/"
+    sam = _signed_in("sam")
+    assert "ORD-1003" in sam.get(url).text
+
+    # when: an amount the tool's schema refuses
+    bad = sam.post(url, {"decision": "revise", "tool_args": '{"order_id": "ORD-1003"}'})
+
+    # then: a form error, nothing decided
+    assert bad.status_code == 200
+    assert "tool_args.amount" in bad.text
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+
+    # when: a valid revision
+    revised = '{"order_id": "ORD-1003", "amount": "5.00", "reason": "partial"}'
+    sam.post(url, {"decision": "revise", "tool_args": revised})
+
+    # then
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.APPROVED_EXECUTING
+    assert approval.approved_args["amount"] == "5.00"
+    assert approval.proposed_args["amount"] == "20.00"
+
+
+def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
+    approval = _pending(demo)
+    sam = _signed_in("sam")
+    assert sam.get(f"/admin/approvals/approval/{approval.pk}/decide/").status_code == 200
+
+    membership_revoke(membership=demo.memberships.get(user__username="sam"))
+    _act(sam, approval, "approve_selected")
+
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+
+
+@pytest.mark.parametrize("path", ["/admin/runs/agentrun/", "/admin/approvals/approval/"])
+def test_supervisor_pages_render(demo, path):
+    _pending(demo)
+    assert _signed_in("sam").get(path).status_code == 200

@@ -1,7 +1,9 @@
+from django import forms
 from django.contrib import admin
 
 from agentportal.models import ApiKey, Membership, Merchant
 from agentportal.selectors import merchants_supervised_by
+from agentportal.webhooks import UnsafeWebhookUrl, webhook_url_check
 
 
 def supervises_any(user) -> bool:
@@ -50,8 +52,34 @@ class ReadOnlyAdminMixin:
         return False
 
 
+class MerchantForm(forms.ModelForm):
+    webhook_url = forms.URLField(required=False, assume_scheme="https")
+
+    class Meta:
+        model = Merchant
+        fields = [
+            "slug",
+            "name",
+            "active",
+            "max_running_runs",
+            "reserved_slots",
+            "webhook_url",
+            "webhook_secret",
+        ]
+
+    def clean_webhook_url(self):
+        url = self.cleaned_data["webhook_url"]
+        if url:
+            try:
+                webhook_url_check(url)
+            except UnsafeWebhookUrl as error:
+                raise forms.ValidationError(str(error)) from error
+        return url
+
+
 @admin.register(Merchant)
 class MerchantAdmin(admin.ModelAdmin):
+    form = MerchantForm
     list_display = ["slug", "name", "active", "max_running_runs", "reserved_slots"]
     search_fields = ["slug", "name"]
 

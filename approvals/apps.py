@@ -8,7 +8,7 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The after-sales domain plugs into the generic runtime here: its graph versions and
         # its tools. `runs` never imports this app.
-        from approvals import services, tools
+        from approvals import notifications, services, tools
         from runs import selectors as run_selectors
         from runs import services as run_services
         from runs import worker
@@ -20,4 +20,5 @@ class ApprovalsConfig(AppConfig):
         worker.INTERRUPT_HANDLERS[Policy.APPROVAL] = services.approval_interrupt
         run_services.RUN_FINISH_HOOKS.append(services.approvals_on_run_finish)
         run_services.MAINTENANCE_HOOKS.append(services.approvals_expire_due)
+        run_services.MAINTENANCE_HOOKS.append(notifications.webhooks_deliver_due)
         run_selectors.PENDING_PROVIDERS.append(services.approval_pending)

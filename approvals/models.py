@@ -145,3 +145,37 @@ class Approval(models.Model):
         if self.decided_by_key_id:
             return f"service:{self.merchant.slug}"
         return None
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "PENDING"
+    DELIVERED = "DELIVERED"
+    FAILED = "FAILED"
+
+
+class WebhookDelivery(models.Model):
+    """The outbox: a webhook written in the transaction of the event it announces, then
+    delivered (and retried with backoff) by tasks, never by the request or the run."""
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=40)
+    payload = models.JSONField()
+    url = models.URLField()
+    status = models.CharField(
+        max_length=12, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "webhook deliveries"
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="delivery_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.url} ({self.status})"

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ValidationError
@@ -22,6 +20,7 @@ from agentportal.models import ApiKey
 from agentportal.principals import Principal
 from agentportal.problems import Problem
 from agentportal.selectors import supervisor_memberships
+from approvals import notifications
 from approvals.models import Approval, ApprovalStatus, Decision
 from runs import services as run_services
 from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
@@ -146,7 +145,7 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id
             proposed_args=proposed,
             expires_at=call.expires_at,
         )
-        transaction.on_commit(lambda: approval_notify(approval=approval))
+        notifications.approval_requested_notify(approval=approval)
 
     return StepCommit(
         next_node=Node.TOOLS,
@@ -264,28 +263,6 @@ def approval_execute(
             call = _call_moved(snapshot.pending_tool_call, CallStatus.EXECUTED, result=result)
             run_services.run_snapshot_save_locked(run, state_snapshot=_snapshot(run, call))
     return status, result
-
-
-def approval_notify(*, approval: Approval) -> None:
-    """Tell the shop's supervisors a call waits for them. Never blocks or fails the run."""
-    recipients = [
-        m.user.email for m in supervisor_memberships(merchant=approval.merchant) if m.user.email
-    ]
-    if not recipients:
-        return
-    try:
-        send_mail(
-            subject=f"Approval needed: {approval.tool_name} ({approval.interrupt_id})",
-            message=(
-                f"The agent wants to run {approval.tool_name} with {approval.proposed_args}.\n"
-                f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC: "
-                f"/portal/approvals/{approval.interrupt_id}/"
-            ),
-            from_email=settings.DEFAULT_FROM_EMAIL,
-            recipient_list=recipients,
-        )
-    except Exception:
-        logger.exception("could not email the supervisors about %s", approval.interrupt_id)
 
 
 def approval_pending(run: AgentRun) -> list[dict[str, Any]]:

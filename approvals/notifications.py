@@ -1,0 +1,161 @@
+"""Telling supervisors that a call waits for them: email, and a signed webhook delivered from
+an outbox with retries and backoff (django-q2 has no delayed tasks).
+
+A failing webhook never blocks or fails a run: the run's transaction only writes the outbox
+row; delivery happens after the commit, in a task, and again from `maintain` until it works or
+gives up.
+"""
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from agentportal.models import Merchant
+from agentportal.selectors import supervisor_memberships
+from agentportal.webhooks import UnsafeWebhookUrl, signature, webhook_url_check
+from approvals.models import Approval, DeliveryStatus, WebhookDelivery
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 8
+TIMEOUT_SECONDS = 5.0
+SIGNATURE_HEADER = "X-AgentPortal-Signature"
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect could point inside our network after the URL check: never follow one."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def backoff(attempts: int) -> timedelta:
+    """10 s, 20 s, 40 s ... at most an hour between attempts."""
+    return timedelta(seconds=min(3600, 10 * 2 ** max(0, attempts - 1)))
+
+
+def approval_requested_notify(*, approval: Approval) -> None:
+    """Queue the notifications of a new pending call. Call inside the transaction that writes
+    the Approval: the outbox row commits with it, and delivery starts after the commit."""
+    merchant = approval.merchant
+    if merchant.webhook_url:
+        WebhookDelivery.objects.create(
+            merchant=merchant,
+            event="approval.requested",
+            payload={
+                "event": "approval.requested",
+                "interrupt_id": approval.interrupt_id,
+                "run_id": str(approval.run_id),
+                "tool_name": approval.tool_name,
+                "tool_args": approval.proposed_args,
+                "expires_at": approval.expires_at.isoformat(),
+            },
+            url=merchant.webhook_url,
+            next_attempt_at=timezone.now(),
+        )
+        transaction.on_commit(_deliveries_enqueue)
+    transaction.on_commit(lambda: _email_supervisors(approval))
+
+
+def _deliveries_enqueue() -> None:
+    from django_q.tasks import async_task
+
+    async_task("approvals.tasks.deliver_webhooks")
+
+
+def _email_supervisors(approval: Approval) -> None:
+    recipients = [
+        m.user.email for m in supervisor_memberships(merchant=approval.merchant) if m.user.email
+    ]
+    if not recipients:
+        return
+    try:
+        send_mail(
+            subject=f"Approval needed: {approval.tool_name} ({approval.interrupt_id})",
+            message=(
+                f"The agent wants to run {approval.tool_name} with {approval.proposed_args}.\n"
+                f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC: "
+                f"/portal/approvals/{approval.interrupt_id}/"
+            ),
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=recipients,
+        )
+    except Exception:
+        logger.exception("could not email the supervisors about %s", approval.interrupt_id)
+
+
+def webhooks_deliver_due(*, limit: int = 100) -> int:
+    """Deliver every due webhook once; safe to run concurrently and twice."""
+    due = WebhookDelivery.objects.filter(
+        status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now()
+    ).values_list("pk", flat=True)
+    return sum(webhook_deliver(delivery_id=pk) for pk in list(due[:limit]))
+
+
+def webhook_deliver(*, delivery_id: int) -> bool:
+    """One attempt. The attempt is claimed by a conditional UPDATE first, so two deliverers
+    never send the same attempt; the POST happens outside any transaction."""
+    delivery = WebhookDelivery.objects.select_related("merchant").get(pk=delivery_id)
+    now = timezone.now()
+    attempts = delivery.attempts + 1
+    with transaction.atomic():
+        claimed = WebhookDelivery.objects.filter(
+            pk=delivery.pk,
+            status=DeliveryStatus.PENDING,
+            attempts=delivery.attempts,
+            next_attempt_at__lte=now,
+        ).update(attempts=attempts, next_attempt_at=now + backoff(attempts))
+    if not claimed:
+        return False
+    error = _post(delivery.merchant, delivery)
+    with transaction.atomic():
+        if error is None:
+            changes = {"status": DeliveryStatus.DELIVERED, "delivered_at": timezone.now()}
+        elif attempts >= MAX_ATTEMPTS:
+            changes = {"status": DeliveryStatus.FAILED, "last_error": error}
+        else:
+            changes = {"last_error": error}
+        WebhookDelivery.objects.filter(pk=delivery.pk, attempts=attempts).update(**changes)
+    if error is not None:
+        logger.warning("webhook %s attempt %s failed: %s", delivery.pk, attempts, error)
+    return error is None
+
+
+def _post(merchant: Merchant, delivery: WebhookDelivery) -> str | None:
+    """POST the signed payload; the error, or None when the receiver answered 2xx."""
+    try:
+        webhook_url_check(delivery.url)
+    except UnsafeWebhookUrl as refused:
+        return f"refused: {refused}"
+    body = json.dumps(delivery.payload, sort_keys=True).encode()
+    request = urllib.request.Request(
+        delivery.url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "AgentPortal-Webhooks/1",
+            "X-AgentPortal-Event": delivery.event,
+            "X-AgentPortal-Delivery": str(delivery.pk),
+            SIGNATURE_HEADER: signature(merchant.webhook_secret, body),
+        },
+    )
+    try:
+        with _opener.open(request, timeout=TIMEOUT_SECONDS) as response:
+            if 200 <= response.status < 300:
+                return None
+            return f"HTTP {response.status}"
+    except urllib.error.HTTPError as error:
+        return f"HTTP {error.code}"
+    except (urllib.error.URLError, OSError) as error:
+        return f"{type(error).__name__}: {error}"

@@ -1,0 +1,189 @@
+"""Webhooks from the outbox: signed, retried with backoff, never to private addresses."""
+
+import hashlib
+import hmac
+import json
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import time_machine
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from agentportal.webhooks import UnsafeWebhookUrl, webhook_url_check
+from approvals import notifications
+from approvals.models import Approval, DeliveryStatus, WebhookDelivery
+from runs import worker
+from runs.models import AgentRun, RunStatus
+from tests import factories
+
+SECRET = "s3cret"
+
+
+class Receiver:
+    """A local webhook endpoint that answers with the statuses it is given, then 204."""
+
+    def __init__(self, statuses=()):
+        self.statuses = list(statuses)
+        self.requests: list[tuple] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append((self.headers, body))
+                status = receiver.statuses.pop(0) if receiver.statuses else 204
+                self.send_response(status)
+                if status in (301, 302):
+                    self.send_header("Location", "http://10.0.0.1/elsewhere")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def allow_private(settings):
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
+
+
+@pytest.fixture
+def receiver(demo, allow_private):
+    made = []
+
+    def start(*statuses):
+        hook = Receiver(statuses)
+        made.append(hook)
+        demo.webhook_url, demo.webhook_secret = hook.url, SECRET
+        demo.save()
+        return hook
+
+    yield start
+    for hook in made:
+        hook.close()
+
+
+def _pause(demo) -> AgentRun:
+    alice = User.objects.get(username="alice")
+    run = factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1004 amount 9")
+    worker.tick()
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING_APPROVAL
+    return run
+
+
+def test_pending_call_is_announced_by_a_signed_webhook(demo, receiver):
+    hook = receiver()
+
+    # when: a call pauses, and the outbox is drained
+    run = _pause(demo)
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.status == DeliveryStatus.PENDING
+    assert notifications.webhooks_deliver_due() == 1
+
+    # then: one signed POST naming the call
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.DELIVERED
+    [(headers, body)] = hook.requests
+    expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    assert headers["X-AgentPortal-Signature"] == expected
+    assert headers["X-AgentPortal-Event"] == "approval.requested"
+    payload = json.loads(body)
+    assert payload["interrupt_id"] == Approval.objects.get(run=run).interrupt_id
+    assert payload["tool_args"]["amount"] == "9.00"
+    # and draining again sends nothing more
+    assert notifications.webhooks_deliver_due() == 0
+    assert len(hook.requests) == 1
+
+
+def test_failing_webhook_is_retried_with_backoff_and_never_blocks_the_run(demo, receiver):
+    hook = receiver(500, 503)
+    run = _pause(demo)
+
+    # when: the first two attempts fail
+    assert notifications.webhooks_deliver_due() == 0
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.attempts == 1
+    assert delivery.next_attempt_at > timezone.now()
+    assert "HTTP 500" in delivery.last_error
+    assert notifications.webhooks_deliver_due() == 0  # not due yet: nothing sent
+    assert len(hook.requests) == 1
+    with time_machine.travel(delivery.next_attempt_at + timedelta(seconds=1)):
+        assert notifications.webhooks_deliver_due() == 0
+    delivery.refresh_from_db()
+    with time_machine.travel(delivery.next_attempt_at + timedelta(seconds=1)):
+        assert notifications.webhooks_deliver_due() == 1
+
+    # then: delivered on the third attempt; the run waited for its decision all along
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, len(hook.requests)) == (
+        DeliveryStatus.DELIVERED,
+        3,
+        3,
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING_APPROVAL
+
+
+def test_webhook_gives_up_after_its_last_attempt(demo, receiver):
+    receiver(*([500] * notifications.MAX_ATTEMPTS))
+    _pause(demo)
+    delivery = WebhookDelivery.objects.get()
+    for _ in range(notifications.MAX_ATTEMPTS):
+        delivery.refresh_from_db()
+        with time_machine.travel(delivery.next_attempt_at + timedelta(seconds=1)):
+            notifications.webhooks_deliver_due()
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.FAILED
+    assert delivery.attempts == notifications.MAX_ATTEMPTS
+
+
+def test_redirects_are_not_followed(demo, receiver):
+    hook = receiver(302)
+    _pause(demo)
+    assert notifications.webhooks_deliver_due() == 0
+    assert len(hook.requests) == 1
+    assert "HTTP 302" in WebhookDelivery.objects.get().last_error
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.com/hook",
+        "https://127.0.0.1/hook",
+        "https://localhost/hook",
+        "https://10.1.2.3/hook",
+        "https://192.168.0.7/hook",
+        "https://169.254.169.254/latest",
+        "https://[::1]/hook",
+        "ftp://files.example/hook",
+    ],
+)
+def test_unsafe_webhook_urls_are_refused(url, settings):
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": False}
+    with pytest.raises(UnsafeWebhookUrl):
+        webhook_url_check(url)
+
+
+def test_private_addresses_pass_only_when_the_setting_allows(allow_private):
+    webhook_url_check("http://127.0.0.1:9/hook")
+
+
+def test_a_refused_url_is_recorded_not_sent(demo, settings):
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": False}
+    demo.webhook_url, demo.webhook_secret = "https://127.0.0.1:9/hook", SECRET
+    demo.save()
+    _pause(demo)
+    assert notifications.webhooks_deliver_due() == 0
+    assert "refused" in WebhookDelivery.objects.get().last_error

@@ -25,7 +25,9 @@ class Command(BaseCommand):
         # it then signals each child's main process. Signalling the cluster's whole process
         # group makes django-q2 hang.
         web = subprocess.Popen(
-            [*manage, "runserver", "--noreload", f"{host}:{port}"], env=env, start_new_session=True
+            [*manage, "serveweb", "--host", host, "--port", str(port)],
+            env=env,
+            start_new_session=True,
         )
         cluster = subprocess.Popen([*manage, "qcluster"], env=env, start_new_session=True)
         children = [web, cluster]

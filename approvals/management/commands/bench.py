@@ -1,4 +1,4 @@
-"""Throughput and cost of scripted runs through the real worker cluster.
+"""Throughput and cost of scripted after-sales runs through the real worker cluster.
 
 Two phases, on the database in DATABASE_URL:
 1. calibration, in this process: a few runs queued and executed by the same code the workers
@@ -7,16 +7,23 @@ Two phases, on the database in DATABASE_URL:
    execute them; the clock starts when the first run starts, so the figures are the workers'
    and not this process's queueing (runs/s, steps/s, and per run the time from the later of
    its queueing and that start to its completion).
-The last line printed is one JSON object.
+The `approval` scenario is a refund each: `runportal` (web and workers) runs them until they
+wait, then 32 concurrent clients approve them over HTTP; it adds the decisions' rate and
+latency. The last line printed is one JSON object.
 """
 
 import json
 import os
+import queue
 import signal
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -28,13 +35,22 @@ from django.db.models import Max, Min, Sum
 from django_q.models import OrmQ
 
 from agentportal.models import Membership, Merchant, Role
-from approvals.models import Order, OrderStatus
+from agentportal.principals import Principal
+from agentportal.services import api_key_create
+from approvals import services as approval_services
+from approvals.models import Approval, ApprovalStatus, Order, OrderStatus
 from runs import services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunEvent, RunStatus
 
 BENCH_SHOP = "bench-shop"
+BENCH_SUPERVISOR = "bench-supervisor"
 RUNS_PER_ACCOUNT = 3  # the open-run limit per account
+DECISION_CLIENTS = 32
+MESSAGES = {
+    "plain": "What is the status of order {order}?",
+    "approval": "I want a refund for {order} amount 10",
+}
 
 
 class Command(BaseCommand):
@@ -43,18 +59,24 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--runs", type=int, default=1000)
         parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--scenario", choices=["plain"], default="plain")
+        parser.add_argument("--scenario", choices=sorted(MESSAGES), default="plain")
         parser.add_argument("--calibration-runs", type=int, default=30)
         parser.add_argument("--timeout", type=float, default=600.0)
+        parser.add_argument("--log", default=os.devnull, help="Where the workers' output goes.")
 
-    def handle(self, *args, runs, workers, scenario, calibration_runs, timeout, **options):
+    def handle(self, *args, runs, workers, scenario, calibration_runs, timeout, log, **options):
         if runs < 1 or workers < 1:
             raise CommandError("--runs and --workers must be at least 1")
+        self.scenario = scenario
+        self._portal_log = open(log, "a")  # noqa: SIM115 (children write to it until the end)
         merchant = self._bench_shop(max(runs, calibration_runs))
         self._clear(merchant)
         queries_per_step, commits_per_run = self._calibrate(merchant, calibration_runs)
         self._clear(merchant)
-        result = self._throughput(merchant, runs, workers, timeout)
+        if scenario == "approval":
+            result = self._decisions(merchant, runs, workers, timeout)
+        else:
+            result = self._throughput(merchant, runs, workers, timeout)
         result.update(
             {
                 "scenario": scenario,
@@ -76,8 +98,9 @@ class Command(BaseCommand):
             "queued_to_done_ms",
             "queries_per_step",
             "commits_per_run",
+            "decisions",
         ]
-        self.stdout.write(json.dumps({key: result[key] for key in order}))
+        self.stdout.write(json.dumps({key: result[key] for key in order if key in result}))
 
     # --- set-up ------------------------------------------------------------------------------
 
@@ -86,8 +109,11 @@ class Command(BaseCommand):
         merchant, _ = Merchant.objects.get_or_create(
             slug=BENCH_SHOP, defaults={"name": "Benchmark shop", "max_running_runs": 64}
         )
+        supervisor, made = User.objects.get_or_create(username=BENCH_SUPERVISOR)
+        if made:
+            Membership.objects.create(user=supervisor, merchant=merchant, role=Role.SUPERVISOR)
         needed = -(-runs // RUNS_PER_ACCOUNT)
-        existing = Membership.objects.filter(merchant=merchant).count()
+        existing = self._customers(merchant).count()
         if existing < needed:
             users = User.objects.bulk_create(
                 [User(username=f"bench-{index}", password="!") for index in range(existing, needed)]
@@ -123,25 +149,26 @@ class Command(BaseCommand):
             )
         return merchant
 
+    def _customers(self, merchant: Merchant):
+        return User.objects.filter(
+            memberships__merchant=merchant, memberships__role=Role.CUSTOMER
+        ).order_by("pk")
+
     def _clear(self, merchant: Merchant) -> None:
         AgentRun.objects.filter(merchant=merchant).delete()
+        Order.objects.filter(merchant=merchant).update(refunded=0)
         OrmQ.objects.all().delete()
 
     def _queue(self, merchant: Merchant, count: int) -> None:
-        customers = list(
-            User.objects.filter(memberships__merchant=merchant).order_by("pk")[
-                : -(-count // RUNS_PER_ACCOUNT)
-            ]
-        )
+        customers = list(self._customers(merchant)[: -(-count // RUNS_PER_ACCOUNT)])
         for index in range(count):
             customer = customers[index // RUNS_PER_ACCOUNT]
-            number = 500000 + int(customer.username.split("-")[1])
+            order = f"ORD-{500000 + int(customer.username.split('-')[1])}"
+            message = MESSAGES[self.scenario].format(order=order)
             services.queue_run(
                 merchant=merchant,
                 account=customer,
-                messages=[
-                    {"role": "user", "content": f"What is the status of order ORD-{number}?"}
-                ],
+                messages=[{"role": "user", "content": message}],
             )
 
     # --- phases ------------------------------------------------------------------------------
@@ -152,7 +179,21 @@ class Command(BaseCommand):
             self._queue(merchant, count)
             tick_queries_from = counter.queries
             worker.tick()
-        tick_queries = counter.queries - tick_queries_from
+            tick_queries = counter.queries - tick_queries_from
+            if self.scenario == "approval":
+                supervisor = User.objects.get(username=BENCH_SUPERVISOR)
+                principal = Principal(merchant=merchant, role=Role.SUPERVISOR, user=supervisor)
+                for approval in Approval.objects.filter(merchant=merchant).select_related("run"):
+                    approval_services.approval_decide(
+                        run=approval.run,
+                        principal=principal,
+                        request=approval_services.DecisionRequest(
+                            interrupt_id=approval.interrupt_id, decision="approve"
+                        ),
+                    )
+                resumed_from = counter.queries
+                worker.tick()
+                tick_queries += counter.queries - resumed_from
         done = AgentRun.objects.filter(merchant=merchant, status=RunStatus.COMPLETED)
         if done.count() != count:
             raise CommandError(f"calibration: {done.count()} of {count} runs completed")
@@ -173,6 +214,9 @@ class Command(BaseCommand):
                 time.sleep(0.05)
         finally:
             self._stop_cluster(cluster)
+        return self._figures(merchant, runs)
+
+    def _figures(self, merchant: Merchant, runs: int) -> dict:
         finished = AgentRun.objects.filter(merchant=merchant)
         failed = finished.exclude(status=RunStatus.COMPLETED).count()
         if failed:
@@ -196,13 +240,61 @@ class Command(BaseCommand):
             },
         }
 
+    def _decisions(self, merchant: Merchant, runs: int, workers: int, timeout: float) -> dict:
+        """Refunds run by `runportal` until they wait; 32 clients approve them over HTTP."""
+        supervisor = User.objects.get(username=BENCH_SUPERVISOR)
+        _, key = api_key_create(merchant=merchant, role="supervisor", user=supervisor)
+        self._queue(merchant, runs)
+        port = _free_port()
+        portal = subprocess.Popen(
+            [
+                sys.executable,
+                str(settings.BASE_DIR / "manage.py"),
+                "runportal",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._portal_log,
+        )
+        try:
+            ends = time.monotonic() + timeout
+            waiting = Approval.objects.filter(
+                merchant=merchant, status=ApprovalStatus.PENDING_APPROVAL
+            )
+            while waiting.count() < runs:
+                if time.monotonic() > ends or portal.poll() is not None:
+                    raise CommandError(f"only {waiting.count()} of {runs} runs came to wait")
+                time.sleep(0.1)
+            decided = _decide_concurrently(
+                base=f"http://127.0.0.1:{port}",
+                key=key,
+                interrupt_ids=list(waiting.values_list("interrupt_id", flat=True)),
+            )
+            self.stderr.write(f"decisions: {json.dumps(decided)}")
+            pending = AgentRun.objects.filter(merchant=merchant).exclude(
+                status__in=[RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
+            )
+            while pending.exists():
+                if time.monotonic() > ends or portal.poll() is not None:
+                    raise CommandError(f"{pending.count()} runs unfinished after decisions")
+                time.sleep(0.05)
+        finally:
+            if portal.poll() is None:
+                portal.send_signal(signal.SIGTERM)
+                portal.wait(timeout=60)
+        result = self._figures(merchant, runs)
+        result["decisions"] = decided
+        return result
+
     def _start_cluster(self, workers: int) -> subprocess.Popen:
         env = {**os.environ, "AGENTPORTAL_WORKERS": str(workers)}
-        log = open(os.devnull, "w")  # noqa: SIM115 (the child owns it until it exits)
         return subprocess.Popen(
             [sys.executable, str(settings.BASE_DIR / "manage.py"), "qcluster"],
             env=env,
-            stdout=log,
+            stdout=self._portal_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -215,3 +307,59 @@ class Command(BaseCommand):
             except subprocess.TimeoutExpired:
                 os.killpg(cluster.pid, signal.SIGKILL)
                 cluster.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _decide_concurrently(*, base: str, key: str, interrupt_ids: list[str]) -> dict:
+    """Approve every interrupt over HTTP from DECISION_CLIENTS threads; rate and latency."""
+    work: queue.Queue[str] = queue.Queue()
+    for interrupt_id in interrupt_ids:
+        work.put(interrupt_id)
+    latencies: list[float] = []
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            try:
+                interrupt_id = work.get_nowait()
+            except queue.Empty:
+                return
+            request = urllib.request.Request(
+                f"{base}/api/v1/approvals/{interrupt_id}/decision",
+                data=json.dumps({"decision": "approve"}).encode(),
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+                method="POST",
+            )
+            started = time.perf_counter()
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    status = response.status
+            except urllib.error.HTTPError as error:
+                status = error.code
+            except OSError:
+                status = 0  # no answer at all: counted as an error
+            with lock:
+                latencies.append((time.perf_counter() - started) * 1000)
+                statuses.append(status)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(DECISION_CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "count": len(statuses),
+        "per_s": round(len(statuses) / wall, 1),
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p95_ms": round(latencies[max(0, int(len(latencies) * 0.95) - 1)], 1),
+        "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))},
+    }

@@ -11,7 +11,6 @@ from django.utils.html import format_html
 
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.problems import Problem
-from agentportal.selectors import principal_for_user
 from approvals import services
 from approvals.models import Approval, ApprovalStatus, Decision, Order, Refund, StockLevel
 
@@ -64,23 +63,6 @@ class DecideForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
     )
     reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
-
-
-def decide_as(request, approval: Approval, *, decision: str, tool_args=None, reason: str = ""):
-    """Call the one decision service as the signed-in user, by their current role."""
-    principal = principal_for_user(user=request.user, merchant=approval.merchant)
-    if principal is None:
-        raise Problem(403, "permission_denied", "You no longer belong to this shop.")
-    return services.approval_decide(
-        run=approval.run,
-        principal=principal,
-        request=services.DecisionRequest(
-            interrupt_id=approval.interrupt_id,
-            decision=decision,
-            tool_args=tool_args,
-            reason=reason,
-        ),
-    )
 
 
 @admin.register(Approval)
@@ -182,9 +164,9 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         if request.method == "POST" and form.is_valid():
             decision = form.cleaned_data["decision"]
             try:
-                decide_as(
-                    request,
-                    approval,
+                services.approval_decide_as_user(
+                    approval=approval,
+                    user=request.user,
                     decision=decision,
                     tool_args=form.cleaned_data["tool_args"]
                     if decision == Decision.REVISE
@@ -214,7 +196,9 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         reason = request.POST.get("reason", "")
         for approval in queryset.select_related("run", "merchant"):
             try:
-                decide_as(request, approval, decision=decision, reason=reason)
+                services.approval_decide_as_user(
+                    approval=approval, user=request.user, decision=decision, reason=reason
+                )
             except Problem as problem:
                 who = problem.extensions.get("decided_by")
                 detail = f"already decided by {who}" if who else problem.detail

@@ -1,6 +1,7 @@
 from django.db.models import QuerySet
 
 from agentportal.principals import Principal
+from agentportal.selectors import merchants_supervised_by
 from approvals.models import Approval, Order, StockLevel
 
 
@@ -29,3 +30,10 @@ def approvals_visible_to(principal: Principal) -> QuerySet[Approval]:
 
 def approval_for(principal: Principal, interrupt_id: str) -> Approval | None:
     return approvals_visible_to(principal).filter(interrupt_id=interrupt_id).first()
+
+
+def approvals_for_supervisor(*, user) -> QuerySet[Approval]:
+    """The calls a signed-in supervisor may see, across the shops they supervise now."""
+    return Approval.objects.filter(merchant__in=merchants_supervised_by(user=user)).select_related(
+        "merchant", "decided_by", "run__account"
+    )

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from agentportal.models import ApiKey
 from agentportal.principals import Principal
 from agentportal.problems import Problem
-from agentportal.selectors import supervisor_memberships
+from agentportal.selectors import principal_for_user, supervisor_memberships
 from approvals import notifications
 from approvals.models import Approval, ApprovalStatus, Decision
 from runs import services as run_services
@@ -375,6 +375,26 @@ def approval_decide(
         raise Problem(410, "interrupt_expired", "The call expired before this decision.")
     approval.refresh_from_db()
     return locked, approval
+
+
+def approval_decide_as_user(
+    *, approval: Approval, user, decision: str, tool_args=None, reason: str = ""
+) -> tuple[AgentRun, Approval]:
+    """approval_decide for a signed-in user (the admin and the portal), by their current
+    role in the call's shop."""
+    principal = principal_for_user(user=user, merchant=approval.merchant)
+    if principal is None:
+        raise Problem(403, "permission_denied", "You no longer belong to this shop.")
+    return approval_decide(
+        run=approval.run,
+        principal=principal,
+        request=DecisionRequest(
+            interrupt_id=approval.interrupt_id,
+            decision=decision,
+            tool_args=tool_args,
+            reason=reason,
+        ),
+    )
 
 
 def _refuse_unless_pending(run: AgentRun, call: PendingToolCall, approval: Approval) -> None:

@@ -1,0 +1,156 @@
+"""The portal's pages: the supervisor's inbox and the page of one pending call."""
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods
+
+from agentportal.admin import supervises_any
+from agentportal.problems import Problem
+from approvals import selectors, services
+from approvals.models import Approval, ApprovalStatus, Decision
+from runs.models import AgentRun
+from runs.tools import TOOLS
+
+
+class DecisionForm(forms.Form):
+    action = forms.ChoiceField(
+        choices=[
+            ("approve", "approve"),
+            ("preview", "preview"),
+            ("revise", "revise"),
+            ("reject", "reject"),
+        ]
+    )
+    tool_args = forms.JSONField(required=False)
+    reason = forms.CharField(required=False, max_length=2000)
+
+
+@login_required
+def portal_home(request):
+    if supervises_any(request.user):
+        return render(request, "portal/inbox.html", _inbox_context(request))
+    runs = AgentRun.objects.filter(account=request.user).order_by("-created_at")[:20]
+    return render(request, "portal/customer_home.html", {"runs": runs})
+
+
+@login_required
+def inbox_rows(request):
+    """The inbox's live part, polled by htmx."""
+    if not supervises_any(request.user):
+        raise Http404
+    return render(request, "portal/_inbox_rows.html", _inbox_context(request))
+
+
+def _inbox_context(request) -> dict:
+    pending = selectors.approvals_for_supervisor(user=request.user).filter(
+        status=ApprovalStatus.PENDING_APPROVAL
+    )
+    return {"pending": pending.order_by("expires_at")[:100], "now": timezone.now()}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def approval_page(request, interrupt_id: str):
+    approval = (
+        selectors.approvals_for_supervisor(user=request.user)
+        .filter(interrupt_id=interrupt_id)
+        .first()
+    )
+    if approval is None:
+        raise Http404("No such call in your shops.")
+    form = DecisionForm(request.POST or None, initial={"tool_args": approval.proposed_args})
+    diff = None
+    if request.method == "POST" and form.is_valid():
+        action = form.cleaned_data["action"]
+        tool_args = form.cleaned_data["tool_args"]
+        try:
+            if action == "preview":
+                diff = _diff(approval, _validated(approval, tool_args))
+            else:
+                services.approval_decide_as_user(
+                    approval=approval,
+                    user=request.user,
+                    decision=action,
+                    tool_args=tool_args if action == Decision.REVISE else None,
+                    reason=form.cleaned_data["reason"],
+                )
+                messages.success(request, _done_message(action))
+                return redirect("portal-approval", interrupt_id=interrupt_id)
+        except Problem as problem:
+            _explain(request, form, problem)
+        approval.refresh_from_db()
+    return render(
+        request,
+        "portal/approval.html",
+        {
+            "approval": approval,
+            "form": form,
+            "diff": diff,
+            "proposed": json.dumps(approval.proposed_args, indent=2),
+            "editable": json.dumps(
+                form.cleaned_data.get("tool_args") if diff else approval.proposed_args, indent=2
+            ),
+            "events": approval.run.events.order_by("seq"),
+            "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
+        },
+    )
+
+
+def _validated(approval: Approval, tool_args) -> dict:
+    tool = TOOLS.get(approval.tool_name)
+    if not isinstance(tool_args, dict):
+        raise Problem(
+            400,
+            "validation_error",
+            "Edit the arguments as a JSON object.",
+            errors=[{"field": "tool_args", "message": "a JSON object"}],
+        )
+    return services.tool_args_validate(tool, tool_args) if tool else tool_args
+
+
+def _diff(approval: Approval, revised: dict) -> list[dict]:
+    keys = sorted(set(approval.proposed_args) | set(revised))
+    return [
+        {
+            "field": key,
+            "proposed": approval.proposed_args.get(key),
+            "revised": revised.get(key),
+            "changed": approval.proposed_args.get(key) != revised.get(key),
+        }
+        for key in keys
+    ]
+
+
+def _done_message(action: str) -> str:
+    return {
+        "approve": "Approved: the agent carries on and runs the call.",
+        "revise": "Approved with your changes: the agent runs the revised call.",
+        "reject": "Rejected: the agent tells the customer why.",
+    }[action]
+
+
+def _explain(request, form: DecisionForm, problem: Problem) -> None:
+    """Someone else deciding first, or the call expiring, is news for the page, not an
+    error page."""
+    if problem.code == "already_decided":
+        when = problem.extensions.get("decided_at", "")[:16].replace("T", " ")
+        messages.warning(
+            request,
+            f"{problem.extensions.get('decided_by')} already decided this call "
+            f"({problem.extensions.get('decision')}, {when} UTC). Nothing was changed.",
+        )
+    elif problem.code == "interrupt_expired":
+        messages.warning(request, "This call expired before your decision; nothing was run.")
+    elif problem.code == "run_finished":
+        messages.warning(request, "The run was cancelled or has ended; nothing was run.")
+    elif problem.errors:
+        for error in problem.errors:
+            form.add_error(None, f"{error['field']}: {error['message']}")
+    else:
+        form.add_error(None, problem.detail)

@@ -1,0 +1,104 @@
+"""A supervisor decides a pending refund in the portal, in a real browser."""
+
+import pytest
+from django.contrib.auth.models import User
+
+from approvals.models import Approval, ApprovalStatus
+from runs import worker
+from tests import factories
+from tests.browser.conftest import screenshot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _pending(demo, message="I want a refund for ORD-1003 amount 20") -> Approval:
+    alice = User.objects.get(username="alice")
+    run = factories.run_queue(customer=alice, merchant=demo, message=message)
+    worker.tick()
+    return Approval.objects.get(run=run)
+
+
+def test_signed_out_visitor_is_sent_to_the_login_form(browser, live_server):
+    page = browser.new_page()
+    page.goto(f"{live_server.url}/portal/")
+    assert "/accounts/login/" in page.url
+    assert page.locator("#id_username").is_visible()
+    page.close()
+
+
+def test_supervisor_revises_a_refund_and_a_colleague_learns_it_was_decided(demo, signed_in):
+    approval = _pending(demo)
+    sam = signed_in("sam")
+    sue = signed_in("sue")
+
+    # given: both supervisors have the call open
+    sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
+    sue.goto(sam.url)
+    assert "ORD-1003" in sam.inner_text("#proposed-args")
+
+    # when: sam edits the amount, reviews the diff, and approves the revision
+    sam.fill("#tool-args", '{"order_id": "ORD-1003", "amount": "12.50", "reason": "partial"}')
+    sam.click("button[value=preview]")
+    changed = sam.locator("#diff tr.changed")
+    assert changed.count() == 2
+    assert "12.50" in changed.first.inner_text()
+    screenshot(sam, "approval-revise-diff")
+    sam.click("button[value=revise]")
+
+    # then: recorded, and said so
+    assert "Approved with your changes" in sam.inner_text(".messages")
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.APPROVED_EXECUTING
+    assert approval.approved_args["amount"] == "12.50"
+    assert approval.decided_by.username == "sam"
+
+    # when: sue, on her stale page, approves as proposed
+    sue.click("button[value=approve]")
+
+    # then: a clear message naming who decided, and nothing changed
+    assert "sam already decided this call" in sue.inner_text(".messages")
+    screenshot(sue, "approval-already-decided")
+    approval.refresh_from_db()
+    assert approval.approved_args["amount"] == "12.50"
+
+
+def test_invalid_revision_is_a_form_error(demo, signed_in):
+    approval = _pending(demo)
+    sam = signed_in("sam")
+    sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
+    sam.fill("#tool-args", '{"order_id": "ORD-1003", "amount": "-3", "reason": "x"}')
+    sam.click("button[value=preview]")
+    assert "tool_args.amount" in sam.inner_text("#decision-form")
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+
+
+def test_reject_needs_a_reason_and_then_rejects(demo, signed_in):
+    approval = _pending(demo)
+    sam = signed_in("sam")
+    sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
+    sam.click("button[value=reject]")
+    assert "reason" in sam.inner_text("#decision-form")
+    sam.fill("#reason", "bought too long ago")
+    sam.click("button[value=reject]")
+    assert "Rejected" in sam.inner_text(".messages")
+    approval.refresh_from_db()
+    assert (approval.status, approval.reason) == (ApprovalStatus.REJECTED, "bought too long ago")
+
+
+def test_inbox_shows_new_calls_without_a_reload(demo, signed_in):
+    sam = signed_in("sam")
+    assert "Nothing waits" in sam.inner_text("#inbox-rows")
+
+    approval = _pending(demo, "refund ORD-1004 amount 15")
+
+    sam.wait_for_selector(f"[data-interrupt='{approval.interrupt_id}']", timeout=15000)
+    screenshot(sam, "inbox-live")
+    assert "amount=15.00" in sam.inner_text("#inbox-rows")
+
+
+def test_another_shops_supervisor_cannot_open_the_call(demo, signed_in, live_server):
+    approval = _pending(demo)
+    oscar = signed_in("oscar")
+    response = oscar.goto(f"{live_server.url}/portal/approvals/{approval.interrupt_id}/")
+    assert response.status == 404

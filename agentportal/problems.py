@@ -2,6 +2,7 @@
 
 import json
 import logging
+from datetime import UTC
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -39,6 +40,13 @@ TITLES = {
     "rate_limited": "Too many requests",
     "server_error": "Internal server error",
 }
+
+
+def iso_z(moment) -> str | None:
+    """A time as the API writes it: ISO 8601 in UTC with a Z."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class Problem(Exception):

@@ -27,8 +27,10 @@ def supervisor_or_403(request):
 
 
 def approval_or_404(request, interrupt_id):
-    approval = selectors.approval_for(principal_of(request), interrupt_id)
-    if approval is None:
+    """An approval of a run the caller can see: another customer's is not found."""
+    principal = principal_of(request)
+    approval = selectors.approval_for(principal, interrupt_id)
+    if approval is None or run_for(principal, approval.run_id) is None:
         raise Problem(404, "not_found", "No such approval.")
     return approval
 
@@ -102,8 +104,9 @@ class ApprovalsView(APIView):
 class ApprovalDetailView(APIView):
     @extend_schema(operation_id="approvals_retrieve", responses=ApprovalSerializer)
     def get(self, request, interrupt_id):
+        approval = approval_or_404(request, interrupt_id)
         supervisor_or_403(request)
-        return Response(ApprovalSerializer(approval_or_404(request, interrupt_id)).data)
+        return Response(ApprovalSerializer(approval).data)
 
 
 class ApprovalDecisionView(APIView):
@@ -113,7 +116,7 @@ class ApprovalDecisionView(APIView):
         responses=DecisionResultSerializer,
     )
     def post(self, request, interrupt_id):
-        principal = principal_of(request)
         approval = approval_or_404(request, interrupt_id)
-        run = run_for(principal, approval.run_id)
-        return _decide(request, run, DecisionOnApprovalSerializer, interrupt_id=interrupt_id)
+        return _decide(
+            request, approval.run, DecisionOnApprovalSerializer, interrupt_id=interrupt_id
+        )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentportal.models import ApiKey
 from agentportal.principals import Principal
-from agentportal.problems import Problem
+from agentportal.problems import Problem, iso_z
 from agentportal.selectors import principal_for_user, supervisor_memberships
 from approvals import notifications
 from approvals.models import Approval, ApprovalStatus, Decision
@@ -406,7 +406,7 @@ def _refuse_unless_pending(run: AgentRun, call: PendingToolCall, approval: Appro
             "already_decided",
             f"{approval.decided_by_name or 'Someone'} decided this call already.",
             decided_by=approval.decided_by_name,
-            decided_at=approval.decided_at.isoformat() if approval.decided_at else None,
+            decided_at=iso_z(approval.decided_at),
             decision=approval.decision or None,
         )
     if call.status == CallStatus.CANCELLED or run.is_finished:

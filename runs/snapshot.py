@@ -1,10 +1,9 @@
 """state_snapshot v2: the strict, versioned record of a run's pending tool call (DESIGN 6.1)."""
 
 import json
-from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 
 
 class CallStatus:
@@ -51,10 +50,10 @@ class PendingToolCall(_Strict):
     status: Literal[
         "PENDING_APPROVAL", "APPROVED_EXECUTING", "EXECUTED", "REJECTED", "EXPIRED", "CANCELLED"
     ]
-    expires_at: datetime
+    expires_at: AwareDatetime
     decision: Literal["approve", "reject", "revise"] | None
     result: dict[str, Any] | None
-    updated_at: datetime
+    updated_at: AwareDatetime
 
 
 class RunContext(_Strict):

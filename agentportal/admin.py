@@ -76,6 +76,14 @@ class MerchantForm(forms.ModelForm):
                 raise forms.ValidationError(str(error)) from error
         return url
 
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("webhook_url") and len(cleaned.get("webhook_secret") or "") < 16:
+            self.add_error(
+                "webhook_secret", "A webhook needs a secret of 16 characters or more to sign with."
+            )
+        return cleaned
+
 
 @admin.register(Merchant)
 class MerchantAdmin(admin.ModelAdmin):

@@ -32,9 +32,10 @@ class Principal:
 
     @property
     def scope(self) -> str:
-        """What idempotency keys are scoped to: the user, or the merchant for service keys."""
+        """What idempotency keys are scoped to: the user in this shop, or the shop for service
+        keys."""
         if self.user is not None:
-            return f"user:{self.user.pk}"
+            return f"user:{self.user.pk}@{self.merchant.pk}"
         return f"service:{self.merchant.pk}"
 
     @property

@@ -131,11 +131,12 @@ EMAIL_BACKEND = os.environ.get(
     "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
 )
 DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "agentportal@localhost")
+EMAIL_TIMEOUT = 10
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Integrations only: the pages have their own views on the session.
         "agentportal.auth.ApiKeyAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
@@ -189,6 +190,7 @@ AGENTPORTAL = {
     "SLICE_SECONDS": env_float("AGENTPORTAL_SLICE_SECONDS", 120.0),
     "LEASE_SECONDS": env_float("AGENTPORTAL_LEASE_SECONDS", 125.0),
     "TICK_CLAIM_SECONDS": env_float("AGENTPORTAL_TICK_CLAIM_SECONDS", 20.0),
+    "TICK_BUDGET_SECONDS": env_float("AGENTPORTAL_TICK_BUDGET_SECONDS", 110.0),
     "CANCEL_POLL_SECONDS": 0.25,
     "MAX_MODEL_CALLS": 6,
     "MAX_STEPS": 20,

@@ -18,13 +18,17 @@ def webhook_url_check(url: str) -> None:
     resolve to loopback, private, link-local or reserved addresses, unless the setting
     AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE allows them (local test receivers)."""
     parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as error:
+        raise UnsafeWebhookUrl(f"the webhook URL's port is not valid: {error}") from error
     allow_private = settings.AGENTPORTAL["WEBHOOK_ALLOW_PRIVATE"]
     if parts.scheme != "https" and not (allow_private and parts.scheme == "http"):
         raise UnsafeWebhookUrl("webhook URLs must use https")
     if not parts.hostname:
         raise UnsafeWebhookUrl("the webhook URL has no host")
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
+        infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
     except socket.gaierror as error:
         raise UnsafeWebhookUrl(f"cannot resolve {parts.hostname}") from error
     if allow_private:

@@ -20,5 +20,5 @@ class ApprovalsConfig(AppConfig):
         worker.INTERRUPT_HANDLERS[Policy.APPROVAL] = services.approval_interrupt
         run_services.RUN_FINISH_HOOKS.append(services.approvals_on_run_finish)
         run_services.MAINTENANCE_HOOKS.append(services.approvals_expire_due)
-        run_services.MAINTENANCE_HOOKS.append(notifications.webhooks_deliver_due)
+        run_services.MAINTENANCE_HOOKS.append(notifications.webhooks_wake)
         run_selectors.PENDING_PROVIDERS.append(services.approval_pending)

@@ -107,8 +107,6 @@ def approval_interrupt(
         return _pause(run=run, tool=tool, args=args, key=key, interrupt_id=interrupt_id)
     if call.status == CallStatus.APPROVED_EXECUTING:
         return _execute_approved(run=run, tool=tool, call=call, key=key)
-    if call.status == CallStatus.EXECUTED:
-        return ToolOutcome(ToolStatus.SUCCEEDED, call.tool_args, call.result or {})
     approval = Approval.objects.get(interrupt_id=interrupt_id)
     outcome = {
         CallStatus.REJECTED: {"status": "rejected", "reason": approval.reason},
@@ -198,8 +196,12 @@ def _execute_approved(*, run: AgentRun, tool: Tool, call: PendingToolCall, key: 
                 f"{approval.decided_by_name} no longer holds a deciding role.",
             ),
         )
-    if args_digest(call.tool_args) != approval.args_digest or call.tool_args != (
-        approval.approved_args
+    validated = tool.args_model.model_validate(call.tool_args)
+    about_to_run = validated.model_dump(mode="json")
+    if (
+        args_digest(about_to_run) != approval.args_digest
+        or about_to_run != approval.approved_args
+        or call.tool_args != approval.approved_args
     ):
         return StepCommit(
             next_node=Node.TOOLS,
@@ -209,7 +211,6 @@ def _execute_approved(*, run: AgentRun, tool: Tool, call: PendingToolCall, key: 
                 "The arguments about to run are not the ones approved.",
             ),
         )
-    validated = tool.args_model.model_validate(call.tool_args)
     context = ToolContext(
         run_id=run.pk,
         merchant_id=run.merchant_id,
@@ -354,6 +355,11 @@ def approval_decide(
     expired = False
     with transaction.atomic():
         locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        if locked.state_snapshot is None:
+            # The run never paused for a person: there is no call to decide.
+            if locked.is_finished:
+                raise Problem(409, "run_finished", "The run has ended; nothing waits.")
+            raise Problem(409, "interrupt_mismatch", "This run is not waiting on that call.")
         try:
             snapshot = snapshot_parse(locked.state_snapshot)
         except SnapshotError as error:

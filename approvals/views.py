@@ -35,7 +35,13 @@ class DecisionForm(forms.Form):
 def portal_home(request):
     if supervises_any(request.user):
         return render(request, "portal/inbox.html", _inbox_context(request))
-    runs = AgentRun.objects.filter(account=request.user).order_by("-created_at")[:20]
+    # Only where the customer is a member now: a revoked member reads nothing more.
+    runs = AgentRun.objects.filter(
+        account=request.user,
+        merchant__active=True,
+        merchant__memberships__user=request.user,
+        merchant__memberships__active=True,
+    ).order_by("-created_at")[:20]
     return render(request, "portal/customer_home.html", {"runs": runs})
 
 

@@ -1,7 +1,11 @@
+from django import forms
 from django.contrib import admin
+from pydantic import ValidationError
 
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
 from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, ToolExecution
+from runs.releases import GRAPH_RELEASES, ReleaseManifest
+from runs.services import release_save
 
 
 class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -67,7 +71,31 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         return ["status", "graph_version"]
 
 
+class AgentReleaseForm(forms.ModelForm):
+    class Meta:
+        model = AgentRelease
+        fields = ["merchant", "version", "graph_version", "manifest", "published"]
+
+    def clean_graph_version(self):
+        version = self.cleaned_data["graph_version"]
+        if version not in GRAPH_RELEASES:
+            raise forms.ValidationError(
+                f"Not a graph version of this build: {', '.join(sorted(GRAPH_RELEASES))}."
+            )
+        return version
+
+    def clean_manifest(self):
+        try:
+            return ReleaseManifest.model_validate(self.cleaned_data["manifest"]).model_dump()
+        except ValidationError as error:
+            raise forms.ValidationError(str(error)) from error
+
+
 @admin.register(AgentRelease)
 class AgentReleaseAdmin(MerchantScopedAdmin):
+    form = AgentReleaseForm
     list_display = ["merchant", "version", "graph_version", "published", "created_at"]
     list_filter = ["published", "graph_version"]
+
+    def save_model(self, request, obj, form, change):
+        release_save(release=obj)

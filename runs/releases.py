@@ -1,6 +1,7 @@
 """Graph versions the code can execute, and the release manifest a merchant publishes."""
 
 from dataclasses import dataclass
+from typing import Literal
 
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,7 +41,8 @@ class ToolDeclaration(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    policy: str | None = None  # None: the tool's registered policy
+    # None: the tool's registered policy. A release may make a tool stricter, never looser.
+    policy: Literal["auto", "approval", "clarification", "business_wait", "followup"] | None = None
 
 
 class ReleaseManifest(BaseModel):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +29,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from pydantic import ValidationError
 
 from agentportal.models import Membership, Merchant
 from agentportal.problems import Problem
@@ -75,7 +76,9 @@ def tick_enqueue(count: int = 1) -> None:
         for _ in range(min(count, settings.Q_CLUSTER["workers"] - waiting)):
             async_task("runs.tasks.tick")
 
-    transaction.on_commit(send)
+    # A broker that is down must not turn a committed change into an error for its caller:
+    # the run is in the database, and maintain wakes the workers later.
+    transaction.on_commit(send, robust=True)
 
 
 # --- queueing ------------------------------------------------------------------------------
@@ -94,12 +97,33 @@ def release_resolve(*, merchant: Merchant) -> dict[str, Any]:
             "graph_version": DEFAULT_GRAPH_VERSION,
             "manifest": default_manifest().model_dump(),
         }
-    manifest = ReleaseManifest.model_validate(release.manifest)
+    try:
+        manifest = ReleaseManifest.model_validate(release.manifest)
+    except ValidationError as error:
+        logger.error("release %s of %s is invalid: %s", release.version, merchant.slug, error)
+        raise Problem(
+            409,
+            "invalid_transition",
+            "This shop's published agent release is invalid; an operator must fix it.",
+        ) from error
     return {
         "version": release.version,
         "graph_version": release.graph_version,
         "manifest": manifest.model_dump(),
     }
+
+
+def release_save(*, release: AgentRelease) -> AgentRelease:
+    """Save a release; publishing it unpublishes the merchant's previous one. New runs copy
+    the published release; runs already queued keep theirs."""
+    with transaction.atomic():
+        Merchant.objects.select_for_update().get(pk=release.merchant_id)
+        if release.published:
+            AgentRelease.objects.filter(merchant_id=release.merchant_id, published=True).exclude(
+                pk=release.pk
+            ).update(published=False)
+        release.save()
+    return release
 
 
 def _replay(*, scope: str, key: str, payload_hash: str) -> AgentRun | None:
@@ -395,12 +419,13 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
     """Claim one run of a merchant; CLAIM_AGAIN when the run found had to be failed instead."""
     with transaction.atomic():
         now = timezone.now()
-        merchant = (
-            Merchant.objects.select_for_update()
-            .annotate(running=Coalesce(_running_count(now), Value(0)))
-            .get(pk=merchant_id)
-        )
-        if not merchant.active or merchant.running >= merchant.max_running_runs:
+        # Lock first and count after: a count taken in the locking statement would be read
+        # from before the wait on PostgreSQL and miss the claim that held the lock.
+        merchant = Merchant.objects.select_for_update(no_key=True).get(pk=merchant_id)
+        running = AgentRun.objects.filter(
+            merchant_id=merchant_id, status=RunStatus.RUNNING, lease_expires_at__gte=now
+        ).count()
+        if not merchant.active or running >= merchant.max_running_runs:
             return None
         lock = (
             {"skip_locked": True} if connection.features.has_select_for_update_skip_locked else {}
@@ -598,7 +623,6 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     elif lease.slice_spent():
         # Back to the queue in this same commit; the next claim records the model attempt.
         plan.fields.update(status=RunStatus.QUEUED, lease_expires_at=None)
-        tick_enqueue()
     elif commit.next_node == Node.MODEL:
         attempt_no = 1 if commit.advance_step else lease.attempt_no + 1
         attempt = _plan_attempt(plan, step=step, attempt_no=attempt_no)
@@ -618,6 +642,8 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
         plan.write_children(now)
         if commit.on_locked is not None:
             commit.on_locked(run)
+        if plan.fields.get("status") == RunStatus.QUEUED:
+            tick_enqueue()
     return run
 
 
@@ -658,16 +684,20 @@ def run_snapshot_save_locked(run: AgentRun, *, state_snapshot: dict) -> None:
     run.state_snapshot = state_snapshot
 
 
-def run_fail(*, lease: Lease, code: str, detail: str) -> bool:
-    """Fail a run the worker still holds. False if it was lost meanwhile."""
-    try:
-        run_step_commit(
-            lease=lease,
-            commit=StepCommit(next_node=Node.DONE, advance_step=False, fail_with=(code, detail)),
-        )
-    except LostRun:
-        return False
-    return True
+PARKED_UNTIL = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def run_park(*, lease: Lease, reason: str) -> None:
+    """Leave a run the worker cannot make sense of (an invalid snapshot, a bug) to an
+    operator: it keeps its status and state, and a lease no claim or sweep will take away,
+    so it is never expired or failed behind anyone's back."""
+    with transaction.atomic():
+        parked = AgentRun.objects.filter(
+            pk=lease.run_id, status=RunStatus.RUNNING, lease_token=lease.token
+        ).update(lease_expires_at=PARKED_UNTIL, updated_at=timezone.now())
+    logger.error("run %s parked for an operator: %s", lease.run_id, reason)
+    if not parked:
+        logger.error("run %s was no longer held when parking it", lease.run_id)
 
 
 def run_fail_access_revoked(*, lease: Lease) -> None:
@@ -741,12 +771,24 @@ def ticks_for_queued() -> int:
 
 
 def maintain() -> dict[str, int]:
-    """The once-a-minute backstop: sweep what no event announced."""
-    heartbeat_beat()
-    report = {
-        "requeued": leases_expired_requeue(),
-        "deadlines": deadlines_enforce(),
-        "hooks": sum(hook() for hook in MAINTENANCE_HOOKS),
-    }
-    report["ticks"] = ticks_for_queued()
+    """The once-a-minute backstop: sweep what no event announced.
+
+    Each sweep is on its own: one that fails is logged and the others still run. The
+    heartbeat comes last, so /healthz reports a worker whose sweeps complete.
+    """
+    sweeps: list[tuple[str, Callable[[], int]]] = [
+        ("requeued", leases_expired_requeue),
+        ("deadlines", deadlines_enforce),
+        *((getattr(hook, "__name__", "hook"), hook) for hook in MAINTENANCE_HOOKS),
+        ("ticks", ticks_for_queued),
+    ]
+    report: dict[str, int] = {}
+    for name, sweep in sweeps:
+        try:
+            report[name] = sweep()
+        except Exception:
+            logger.exception("maintain: %s failed", name)
+            report[name] = -1
+    if all(count >= 0 for count in report.values()):
+        heartbeat_beat()
     return report

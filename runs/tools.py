@@ -98,5 +98,7 @@ def tools_declared(release_snapshot: dict) -> dict[str, Tool]:
         tool = TOOLS.get(entry["name"])
         if tool is not None:
             policy = entry.get("policy") or tool.policy
+            if tool.policy != Policy.AUTO:
+                policy = tool.policy  # a person's decision is never configured away
             declared[tool.name] = dataclasses.replace(tool, policy=policy)
     return declared

@@ -6,6 +6,7 @@ and every commit goes through runs.services.run_step_commit, which re-checks the
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -75,24 +76,27 @@ def tick() -> int:
     what, never the task message.
     """
     started = time.monotonic()
+    # Every slice ends by then, so a tick stays inside django-q2's task timeout (150 s) even
+    # with a step in flight when its slice ends.
+    ends = started + _config("TICK_BUDGET_SECONDS")
     executed = 0
     while time.monotonic() - started < _config("TICK_CLAIM_SECONDS"):
         lease = services.run_claim()
         if lease is None:
             return executed
-        run_slice(lease)
+        run_slice(lease, ends=ends)
         executed += 1
     # The claim budget is spent but runs may be waiting: hand over to a fresh tick.
     services.tick_enqueue()
     return executed
 
 
-def run_slice(lease: Lease) -> None:
+def run_slice(lease: Lease, *, ends: float = math.inf) -> None:
     """Execute a claimed run until it finishes, waits, spends its slice or is lost.
 
     A spent slice is noticed by the next step's commit, which hands the run back to the queue.
     """
-    lease.slice_ends = time.monotonic() + _config("SLICE_SECONDS")
+    lease.slice_ends = min(ends, time.monotonic() + _config("SLICE_SECONDS"))
     run = lease.run
     try:
         while run.status == RunStatus.RUNNING:
@@ -101,6 +105,9 @@ def run_slice(lease: Lease) -> None:
         logger.info("dropping run %s: %s", lease.run_id, lost)
     except AccessRevoked:
         services.run_fail_access_revoked(lease=lease)
+    except Exception as error:
+        logger.exception("run %s failed unexpectedly", lease.run_id)
+        services.run_park(lease=lease, reason=f"{type(error).__name__}: {error}")
 
 
 def run_step(lease: Lease) -> AgentRun:

@@ -125,3 +125,24 @@ def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
 def test_supervisor_pages_render(demo, path):
     _pending(demo)
     assert _signed_in("sam").get(path).status_code == 200
+
+
+def test_a_webhook_needs_a_signing_secret(demo, settings):
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
+    admin = _signed_in("admin")
+    response = admin.post(
+        f"/admin/agentportal/merchant/{demo.pk}/change/",
+        {
+            "slug": demo.slug,
+            "name": demo.name,
+            "active": "on",
+            "max_running_runs": 8,
+            "reserved_slots": 0,
+            "webhook_url": "http://127.0.0.1:9/hook",
+            "webhook_secret": "short",
+        },
+    )
+    assert response.status_code == 200
+    assert "needs a secret" in response.text
+    demo.refresh_from_db()
+    assert demo.webhook_url == ""

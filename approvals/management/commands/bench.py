@@ -32,13 +32,12 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Max, Min, Sum
-from django_q.models import OrmQ
 
 from agentportal.models import Membership, Merchant, Role
 from agentportal.principals import Principal
 from agentportal.services import api_key_create
 from approvals import services as approval_services
-from approvals.models import Approval, ApprovalStatus, Order, OrderStatus
+from approvals.models import Approval, ApprovalStatus, Order, OrderStatus, Refund
 from runs import services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunEvent, RunStatus
@@ -155,9 +154,10 @@ class Command(BaseCommand):
         ).order_by("pk")
 
     def _clear(self, merchant: Merchant) -> None:
+        """Forget the bench shop's earlier runs and refunds (and nothing of other shops)."""
         AgentRun.objects.filter(merchant=merchant).delete()
+        Refund.objects.filter(merchant=merchant).delete()
         Order.objects.filter(merchant=merchant).update(refunded=0)
-        OrmQ.objects.all().delete()
 
     def _queue(self, merchant: Merchant, count: int) -> None:
         customers = list(self._customers(merchant)[: -(-count // RUNS_PER_ACCOUNT)])

@@ -1,0 +1,70 @@
+"""Edges of the approval flow the reviewers found: no snapshot, a broken one, a broken URL."""
+
+from django.contrib.auth.models import User
+
+from approvals.models import Approval, WebhookDelivery
+from runs import services, worker
+from runs.models import AgentRun, RunStatus
+from runs.services import PARKED_UNTIL
+from tests import factories
+
+
+def _run(demo, message):
+    alice = User.objects.get(username="alice")
+    run = factories.run_queue(customer=alice, merchant=demo, message=message)
+    worker.tick()
+    run.refresh_from_db()
+    return run
+
+
+def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
+    finished = _run(demo, "What is the status of order ORD-1001?")
+    queued = factories.run_queue(
+        customer=User.objects.get(username="alice"), merchant=demo, message="hello ORD-1002"
+    )
+    sam = api("sam")
+    body = {"interrupt_id": "int-0", "decision": "approve"}
+
+    done = sam.post(f"/api/v1/runs/{finished.pk}/resume", body, format="json")
+    waiting = sam.post(f"/api/v1/runs/{queued.pk}/resume", body, format="json")
+
+    assert (done.status_code, done.json()["code"]) == (409, "run_finished")
+    assert (waiting.status_code, waiting.json()["code"]) == (409, "interrupt_mismatch")
+
+
+def test_worker_parks_a_run_whose_snapshot_was_broken_and_nobody_fails_it(demo, api):
+    # given: an approved refund whose snapshot is tampered before the worker runs it
+    run = _run(demo, "I want a refund for ORD-1003 amount 20")
+    approval = Approval.objects.get(run=run)
+    api("sam").post(
+        f"/api/v1/approvals/{approval.interrupt_id}/decision",
+        {"decision": "approve"},
+        format="json",
+    )
+    snapshot = AgentRun.objects.get(pk=run.pk).state_snapshot
+    AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**snapshot, "version": 1})
+
+    # when: a worker takes it, and the sweeps run
+    worker.tick()
+    services.maintain()
+
+    # then: left for an operator, still RUNNING, not re-claimed, not failed
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert run.lease_expires_at == PARKED_UNTIL
+    assert worker.tick() == 0
+    assert list(run.events.values_list("type", flat=True)).count("run.started") == 2
+
+
+def test_a_webhook_url_with_a_bad_port_does_not_break_maintain(demo, settings):
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
+    demo.webhook_url, demo.webhook_secret = "http://127.0.0.1:99999/hook", "0123456789abcdef"
+    demo.save()
+    _run(demo, "I want a refund for ORD-1003 amount 20")
+
+    from approvals import notifications
+
+    assert notifications.webhooks_deliver_due() == 0
+    assert "port" in WebhookDelivery.objects.get().last_error
+    report = services.maintain()
+    assert all(count >= 0 for count in report.values())

@@ -14,9 +14,14 @@ from agentportal.principals import Principal
 from agentportal.problems import Problem
 from agentportal.selectors import customer_membership_by_username
 from agentportal.serializers import idempotency_key_from
-from runs import selectors, services
+from runs import commands, conversations, selectors, services
 from runs.models import FINISHED_STATUSES, RunStatus
 from runs.serializers import (
+    ConversationCreateSerializer,
+    ConversationSerializer,
+    MessageCreateSerializer,
+    MessagePageSerializer,
+    MessageSerializer,
     RunCreateSerializer,
     RunEventSerializer,
     RunEventsSerializer,
@@ -57,6 +62,39 @@ def int_param(request, name: str, default: int = 0) -> int:
             errors=[{"field": name, "message": "a whole number, 0 or more"}],
         )
     return value
+
+
+def customer_for(principal: Principal, data: dict):
+    """The customer a request acts for: the caller, or the `account` a service key names."""
+    if not (principal.is_customer or principal.is_service):
+        raise Problem(403, "permission_denied", "Only customers and service keys do this.")
+    if principal.is_service:
+        if "account" not in data:
+            raise Problem(
+                400,
+                "validation_error",
+                "A service key names the customer in account.",
+                errors=[{"field": "account", "message": "This field is required."}],
+            )
+        membership = customer_membership_by_username(
+            merchant=principal.merchant, username=data["account"]
+        )
+        if membership is None:
+            raise Problem(
+                400,
+                "validation_error",
+                "No such customer in this shop.",
+                errors=[{"field": "account", "message": "not a customer of this shop"}],
+            )
+        return membership.user
+    if "account" in data:
+        raise Problem(
+            400,
+            "validation_error",
+            "Only service keys may name an account.",
+            errors=[{"field": "account", "message": "only for service keys"}],
+        )
+    return principal.user
 
 
 class RunsView(APIView):
@@ -111,34 +149,7 @@ class RunsView(APIView):
         serializer = RunCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        if principal.is_service:
-            if "account" not in data:
-                raise Problem(
-                    400,
-                    "validation_error",
-                    "A service key names the customer in account.",
-                    errors=[{"field": "account", "message": "This field is required."}],
-                )
-            membership = customer_membership_by_username(
-                merchant=principal.merchant, username=data["account"]
-            )
-            if membership is None:
-                raise Problem(
-                    400,
-                    "validation_error",
-                    "No such customer in this shop.",
-                    errors=[{"field": "account", "message": "not a customer of this shop"}],
-                )
-            account = membership.user
-        else:
-            if "account" in data:
-                raise Problem(
-                    400,
-                    "validation_error",
-                    "Only service keys may name an account.",
-                    errors=[{"field": "account", "message": "only for service keys"}],
-                )
-            account = principal.user
+        account = customer_for(principal, data)
         run, created = services.queue_run(
             merchant=principal.merchant,
             account=account,
@@ -233,3 +244,75 @@ def _event_stream(run, after: int):
         if run.status in FINISHED_STATUSES and not selectors.run_events_after(run=run, after=after):
             return
         time.sleep(STREAM_POLL_SECONDS)
+
+
+# --- conversations ---------------------------------------------------------------------------
+
+
+def conversation_or_404(request, conversation_id):
+    conversation = (
+        selectors.conversations_visible_to(principal_of(request)).filter(pk=conversation_id).first()
+    )
+    if conversation is None:
+        raise Problem(404, "not_found", "No such conversation.")
+    return conversation
+
+
+class ConversationsView(APIView):
+    @extend_schema(
+        operation_id="conversations_create",
+        request=ConversationCreateSerializer,
+        responses={201: ConversationSerializer},
+    )
+    def post(self, request):
+        principal = principal_of(request)
+        serializer = ConversationCreateSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        customer = customer_for(principal, serializer.validated_data)
+        conversation = conversations.conversation_create(
+            merchant=principal.merchant, customer=customer
+        )
+        return Response(ConversationSerializer(conversation).data, status=status.HTTP_201_CREATED)
+
+
+class ConversationDetailView(APIView):
+    @extend_schema(operation_id="conversations_retrieve", responses=ConversationSerializer)
+    def get(self, request, conversation_id):
+        return Response(ConversationSerializer(conversation_or_404(request, conversation_id)).data)
+
+
+class ConversationMessagesView(APIView):
+    @extend_schema(operation_id="conversations_messages", responses=MessagePageSerializer)
+    def get(self, request, conversation_id):
+        conversation = conversation_or_404(request, conversation_id)
+        messages = selectors.conversation_messages(conversation)
+        return Response({"results": MessageSerializer(messages, many=True).data})
+
+    @extend_schema(
+        operation_id="conversations_send",
+        request=MessageCreateSerializer,
+        responses={202: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT},
+    )
+    def post(self, request, conversation_id):
+        principal = principal_of(request)
+        conversation = conversation_or_404(request, conversation_id)
+        serializer = MessageCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        text = serializer.validated_data["text"]
+        command = commands.command_parse(text)
+        if command is not None:
+            commands.command_allowed(command, principal)
+            result = conversations.command_run(
+                conversation=conversation, principal=principal, command=command
+            )
+            return Response({"command": command.name, "result": result})
+        if not (principal.is_customer or principal.is_service):
+            raise Problem(403, "permission_denied", "Only the customer writes to the agent.")
+        message = conversations.message_send(conversation=conversation, text=text)
+        return Response(
+            {
+                "message": {"id": message.pk, "status": message.status},
+                "run_id": str(message.run_id) if message.run_id else None,
+            },
+            status=status.HTTP_202_ACCEPTED,
+        )

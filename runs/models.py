@@ -48,11 +48,79 @@ class ErrorCode(models.TextChoices):
     PERMISSION_REVOKED = "PERMISSION_REVOKED"
 
 
+class ConversationStatus(models.TextChoices):
+    OPEN = "OPEN"
+    TAKEN_OVER = "TAKEN_OVER"
+    CLOSED = "CLOSED"
+
+
+class Conversation(models.Model):
+    """A customer's chat with the agent: at most one active run at a time, a queue of the
+    messages sent meanwhile, and the control commands' counters."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    merchant = models.ForeignKey(Merchant, on_delete=models.PROTECT, related_name="conversations")
+    customer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="conversations"
+    )
+    status = models.CharField(
+        max_length=12, choices=ConversationStatus.choices, default=ConversationStatus.OPEN
+    )
+    # Set and cleared only by conditional updates.
+    active_run = models.ForeignKey(
+        "runs.AgentRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Bumped by /takeover: a worker holding an older value can commit nothing more.
+    control_version = models.PositiveIntegerField(default=1)
+    # Bumped by /new: queued messages of an older generation never run.
+    queue_generation = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"conversation {self.id} ({self.status})"
+
+
+class MessageStatus(models.TextChoices):
+    STARTED = "STARTED"
+    QUEUED = "QUEUED"
+    HELD = "HELD"
+    CANCELLED = "CANCELLED"
+
+
+class ConversationMessage(models.Model):
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    text = models.TextField()
+    status = models.CharField(max_length=12, choices=MessageStatus.choices)
+    generation = models.PositiveIntegerField()
+    run = models.ForeignKey(
+        "runs.AgentRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "created_at", "pk"]
+        indexes = [
+            models.Index(fields=["conversation", "status", "created_at"], name="message_queue_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.text[:40]}"
+
+
 class AgentRun(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     merchant = models.ForeignKey(Merchant, on_delete=models.PROTECT, related_name="runs")
     account = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agent_runs"
+    )
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
     )
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     next_node = models.CharField(max_length=16, choices=Node.choices, default=Node.LOAD)

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q, QuerySet
 
 from agentportal.principals import Principal
-from runs.models import AgentRun, RunEvent
+from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent
 
 # Domain apps describe what a waiting run waits for (approvals, inputs, plans).
 PENDING_PROVIDERS: list[Callable[[AgentRun], list[dict[str, Any]]]] = []
@@ -73,3 +73,19 @@ def page_newest_first(
 
 def run_events_after(*, run: AgentRun, after: int, limit: int = 500) -> list[RunEvent]:
     return list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+
+
+def conversations_visible_to(principal: Principal) -> QuerySet[Conversation]:
+    """A customer sees their own conversations; supervisors and service keys their shop's."""
+    conversations = Conversation.objects.filter(merchant=principal.merchant).select_related(
+        "merchant", "customer"
+    )
+    if principal.is_customer:
+        conversations = conversations.filter(customer=principal.user)
+    return conversations
+
+
+def conversation_messages(conversation: Conversation) -> QuerySet[ConversationMessage]:
+    return ConversationMessage.objects.filter(conversation=conversation).order_by(
+        "created_at", "pk"
+    )

@@ -2,7 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentportal.serializers import StrictCharField, StrictSerializer
-from runs.models import AgentRun, RunEvent
+from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent
 from runs.selectors import run_pending
 
 
@@ -69,3 +69,36 @@ class RunEventSerializer(serializers.ModelSerializer):
 class RunEventsSerializer(serializers.Serializer):
     events = RunEventSerializer(many=True)
     last_seq = serializers.IntegerField()
+
+
+class ConversationCreateSerializer(StrictSerializer):
+    account = StrictCharField(required=False, min_length=1, max_length=150)
+
+
+class ConversationSerializer(serializers.ModelSerializer):
+    pending_messages = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Conversation
+        fields = ["id", "status", "active_run_id", "pending_messages", "control_version"]
+
+    def get_pending_messages(self, conversation: Conversation) -> int:
+        from runs.conversations import pending_count
+
+        return pending_count(conversation)
+
+
+class MessageCreateSerializer(StrictSerializer):
+    text = StrictCharField(min_length=1, max_length=4000, trim_whitespace=False)
+
+
+class MessageSerializer(serializers.ModelSerializer):
+    run_id = serializers.UUIDField(allow_null=True)
+
+    class Meta:
+        model = ConversationMessage
+        fields = ["id", "text", "status", "run_id", "created_at"]
+
+
+class MessagePageSerializer(serializers.Serializer):
+    results = MessageSerializer(many=True)

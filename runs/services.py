@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import (
     Count,
     Exists,
@@ -39,6 +39,7 @@ from runs.models import (
     AgentRelease,
     AgentRun,
     AttemptStatus,
+    Conversation,
     ErrorCode,
     ModelAttempt,
     Node,
@@ -146,7 +147,7 @@ def queue_run(
     idempotency_key: str | None = None,
     payload_hash: str = "",
 ) -> tuple[AgentRun, bool]:
-    """Accept a run; return it and whether it was created (False: an idempotent replay).
+    """Accept a standalone run; return it and whether it was created (False: a replay).
 
     A replay is answered before any limit is counted; the caller re-checks that the principal
     may still see the run. The open-run limit is counted under the account's Membership lock so
@@ -157,58 +158,25 @@ def queue_run(
         if existing is not None:
             return existing, False
     release = release_resolve(merchant=merchant)
-    if release["graph_version"] not in GRAPH_RELEASES:
-        raise Problem(
-            409,
-            "invalid_transition",
-            f"Graph version {release['graph_version']} is not registered in this build.",
-        )
-    limits = release["manifest"]["limits"]
     try:
         with transaction.atomic():
-            membership = (
-                Membership.objects.select_for_update()
-                .filter(user=account, merchant=merchant, active=True)
-                .first()
-            )
-            if membership is None:
-                raise Problem(403, "permission_denied", "The account is not a member of this shop.")
+            membership_lock(merchant=merchant, account=account)
             if idempotency_key is not None:
                 existing = _replay(
                     scope=idempotency_scope, key=idempotency_key, payload_hash=payload_hash
                 )
                 if existing is not None:
                     return existing, False
-            open_runs = AgentRun.objects.filter(
-                merchant=merchant, account=account, status__in=ACTIVE_STATUSES
-            ).count()
-            if open_runs >= _config("MAX_OPEN_RUNS_PER_ACCOUNT"):
-                raise Problem(
-                    429,
-                    "too_many_open_runs",
-                    f"This account already has {open_runs} unfinished runs; wait for one to end.",
-                )
-            now = timezone.now()
-            run = AgentRun(
+            open_runs_check(merchant=merchant, account=account)
+            run = run_insert_locked(
                 merchant=merchant,
                 account=account,
-                messages=[
-                    {"role": "system", "content": release["manifest"]["system_prompt"]},
-                    *messages,
-                ],
-                graph_version=release["graph_version"],
-                release_snapshot=release,
-                deadline_at=now + timedelta(seconds=limits["run_deadline_seconds"]),
+                messages=messages,
+                release=release,
                 idempotency_scope=idempotency_scope,
                 idempotency_key=idempotency_key,
-                request_hash=payload_hash,
-                last_event_seq=1,
+                payload_hash=payload_hash,
             )
-            run.save(force_insert=True)
-            RunEvent.objects.create(
-                run=run, seq=1, type="run.queued", data={"graph_version": run.graph_version}
-            )
-            tick_enqueue()
     except IntegrityError:
         # A concurrent request with the same key won the insert.
         existing = _replay(scope=idempotency_scope, key=idempotency_key, payload_hash=payload_hash)
@@ -220,6 +188,76 @@ def queue_run(
             ) from None
         return existing, False
     return run, True
+
+
+def membership_lock(*, merchant: Merchant, account) -> Membership:
+    """Lock the account's membership (first in the lock order); 403 when it has none."""
+    membership = (
+        Membership.objects.select_for_update()
+        .filter(user=account, merchant=merchant, active=True)
+        .first()
+    )
+    if membership is None:
+        raise Problem(403, "permission_denied", "The account is not a member of this shop.")
+    return membership
+
+
+def open_runs_check(*, merchant: Merchant, account) -> None:
+    """429 when the account has its limit of unfinished runs. Call holding its Membership
+    lock, so that racing requests cannot both pass."""
+    open_runs = AgentRun.objects.filter(
+        merchant=merchant, account=account, status__in=ACTIVE_STATUSES
+    ).count()
+    if open_runs >= _config("MAX_OPEN_RUNS_PER_ACCOUNT"):
+        raise Problem(
+            429,
+            "too_many_open_runs",
+            f"This account already has {open_runs} unfinished runs; wait for one to end.",
+        )
+
+
+def run_insert_locked(
+    *,
+    merchant: Merchant,
+    account,
+    messages: list[dict[str, Any]],
+    release: dict[str, Any],
+    conversation=None,
+    idempotency_scope: str = "",
+    idempotency_key: str | None = None,
+    payload_hash: str = "",
+) -> AgentRun:
+    """Store a QUEUED run with its release and deadline, and wake a worker on commit.
+
+    Call inside a transaction, after the open-run limit was checked.
+    """
+    if release["graph_version"] not in GRAPH_RELEASES:
+        raise Problem(
+            409,
+            "invalid_transition",
+            f"Graph version {release['graph_version']} is not registered in this build.",
+        )
+    limits = release["manifest"]["limits"]
+    run = AgentRun(
+        merchant=merchant,
+        account=account,
+        conversation=conversation,
+        control_version=conversation.control_version if conversation else 1,
+        messages=[{"role": "system", "content": release["manifest"]["system_prompt"]}, *messages],
+        graph_version=release["graph_version"],
+        release_snapshot=release,
+        deadline_at=timezone.now() + timedelta(seconds=limits["run_deadline_seconds"]),
+        idempotency_scope=idempotency_scope,
+        idempotency_key=idempotency_key,
+        request_hash=payload_hash,
+        last_event_seq=1,
+    )
+    run.save(force_insert=True)
+    RunEvent.objects.create(
+        run=run, seq=1, type="run.queued", data={"graph_version": run.graph_version}
+    )
+    tick_enqueue()
+    return run
 
 
 # --- plans: a transition computed before the transaction, applied inside it ---------------
@@ -292,7 +330,7 @@ class RunPlan:
             setattr(self.run, name, value)
 
 
-def _finish_locked(run: AgentRun, plan: RunPlan) -> None:
+def run_finish_locked(run: AgentRun, plan: RunPlan) -> None:
     """Write a plan that ends a run, decided by a conditional UPDATE on its status.
 
     Call holding the run's lock (select_for_update), inside the transaction.
@@ -306,15 +344,26 @@ def _finish_locked(run: AgentRun, plan: RunPlan) -> None:
     plan.write_children(now)
 
 
+def run_lock(run_id) -> AgentRun:
+    """Lock a run, and its conversation first when it has one (the lock order puts the
+    Conversation before the AgentRun). Call inside a transaction."""
+    conversation_id = (
+        AgentRun.objects.filter(pk=run_id).values_list("conversation_id", flat=True).first()
+    )
+    if conversation_id is not None:
+        Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+    return AgentRun.objects.select_for_update().get(pk=run_id)
+
+
 def run_cancel(*, run: AgentRun, reason: str = "cancelled") -> AgentRun:
     """Cancel a run at once; a worker still holding it can commit nothing more."""
     with transaction.atomic():
-        locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        locked = run_lock(run.pk)
         if locked.is_finished:
             raise Problem(409, "run_finished", f"The run has already ended ({locked.status}).")
         plan = RunPlan(locked)
         plan.finish(RunStatus.CANCELLED, ("run.cancelled", {"reason": reason}))
-        _finish_locked(locked, plan)
+        run_finish_locked(locked, plan)
     return locked
 
 
@@ -322,7 +371,7 @@ def run_fail_locked(run: AgentRun, *, code: str, detail: str) -> None:
     """Fail a run. Call holding the run's lock (select_for_update), inside the transaction."""
     plan = RunPlan(run)
     plan.fail(code, detail)
-    _finish_locked(run, plan)
+    run_finish_locked(run, plan)
 
 
 # --- claiming and leases --------------------------------------------------------------------
@@ -451,6 +500,8 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
         plan.events.append(("run.started", {"lease": seen_token + 1}))
         attempt = None
         if run.deadline_at is not None and run.deadline_at <= now:
+            if run.conversation_id is not None and not _conversation_lock_nowait(run):
+                return None  # maintain fails it later, in the lock order
             plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
         elif run.next_node in (Node.LOAD, Node.MODEL):
             plan.fields["next_node"] = Node.MODEL
@@ -474,6 +525,19 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
                 attempt.attempt = ModelAttempt.objects.filter(run=run, step=run.step).count() + 1
             _attempt_insert(attempt, lease)
         return CLAIM_AGAIN if plan.finished else lease
+
+
+def _conversation_lock_nowait(run: AgentRun) -> bool:
+    """Lock a run's conversation after the run, out of the lock order, so only without
+    waiting: it can then never deadlock. False when someone else holds it."""
+    try:
+        with transaction.atomic():
+            Conversation.objects.select_for_update(nowait=True).filter(
+                pk=run.conversation_id
+            ).first()
+    except OperationalError:
+        return False
+    return True
 
 
 def _budget_exhausted(*, model_calls: int, step: int, limits: dict) -> str:
@@ -516,7 +580,7 @@ def _account_allowed() -> Exists:
 
 
 @contextmanager
-def locked_run(lease: Lease, **fields: Any) -> Iterator[AgentRun]:
+def locked_run(lease: Lease, *, finishing: bool = False, **fields: Any) -> Iterator[AgentRun]:
     """Open the transaction by locking the run with one conditional UPDATE that applies
     `fields`; the one guard against stale writers.
 
@@ -527,6 +591,9 @@ def locked_run(lease: Lease, **fields: Any) -> Iterator[AgentRun]:
     """
     run = lease.run
     with transaction.atomic():
+        if finishing and run.conversation_id is not None:
+            # Ending the run frees its conversation: that row comes first in the lock order.
+            Conversation.objects.select_for_update().filter(pk=run.conversation_id).first()
         updated = (
             AgentRun.objects.filter(
                 pk=lease.run_id,
@@ -626,7 +693,7 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     elif commit.next_node == Node.MODEL:
         attempt_no = 1 if commit.advance_step else lease.attempt_no + 1
         attempt = _plan_attempt(plan, step=step, attempt_no=attempt_no)
-    with locked_run(lease, **plan.row_fields(now)):
+    with locked_run(lease, finishing=plan.finished, **plan.row_fields(now)):
         if commit.attempt_status is not None and lease.attempt_id is not None:
             ModelAttempt.objects.filter(pk=lease.attempt_id).update(
                 status=commit.attempt_status,
@@ -703,7 +770,7 @@ def run_park(*, lease: Lease, reason: str) -> None:
 def run_fail_access_revoked(*, lease: Lease) -> None:
     """The run's shop or account lost access: fail it, whatever its copy in memory says."""
     with transaction.atomic():
-        run = AgentRun.objects.select_for_update().get(pk=lease.run_id)
+        run = run_lock(lease.run_id)
         if run.status == RunStatus.RUNNING and run.lease_token == lease.token:
             run_fail_locked(
                 run,
@@ -735,7 +802,7 @@ def deadlines_enforce() -> int:
     ).values_list("pk", flat=True)
     for run_id in list(overdue[:500]):
         with transaction.atomic():
-            run = AgentRun.objects.select_for_update().get(pk=run_id)
+            run = run_lock(run_id)
             now = timezone.now()
             if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING) or run.deadline_at >= now:
                 continue

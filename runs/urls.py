@@ -8,4 +8,15 @@ urlpatterns = [
     path("runs/<uuid:run_id>/events", api.RunEventsView.as_view(), name="run-events"),
     path("runs/<uuid:run_id>/events/stream", api.RunEventStreamView.as_view(), name="run-stream"),
     path("runs/<uuid:run_id>/cancel", api.RunCancelView.as_view(), name="run-cancel"),
+    path("conversations", api.ConversationsView.as_view(), name="conversations"),
+    path(
+        "conversations/<uuid:conversation_id>",
+        api.ConversationDetailView.as_view(),
+        name="conversation",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/messages",
+        api.ConversationMessagesView.as_view(),
+        name="conversation-messages",
+    ),
 ]

@@ -1,0 +1,122 @@
+"""Random interleavings of messages, commands and worker steps (hypothesis): at most one
+active run per conversation, no message runs twice, no dropped message ever runs."""
+
+import hypothesis
+import hypothesis.strategies as st
+from django.contrib.auth.models import User
+from django.db import transaction
+from hypothesis import HealthCheck
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from agentportal.models import Merchant
+from agentportal.principals import Principal
+from agentportal.problems import Problem
+from runs import commands, conversations, services, worker
+from runs.models import (
+    ACTIVE_STATUSES,
+    AgentRun,
+    Conversation,
+    ConversationMessage,
+    ConversationStatus,
+    MessageStatus,
+)
+
+TEXTS = ["What is the status of order ORD-1001?", "And ORD-1002?", "hello"]
+COMMANDS = ["/stop", "/new", "/status", "/takeover", "/release"]
+
+
+class ConversationMachine(RuleBasedStateMachine):
+    def __init__(self, shop: Merchant, alice: Principal, sam: Principal):
+        super().__init__()
+        self.alice, self.sam = alice, sam
+        self._example = transaction.atomic()
+        self._example.__enter__()
+        self.conversation = conversations.conversation_create(merchant=shop, customer=alice.user)
+        self.dropped: set[int] = set()
+
+    def teardown(self) -> None:
+        transaction.set_rollback(True)
+        self._example.__exit__(None, None, None)
+
+    def _current(self) -> Conversation:
+        return Conversation.objects.get(pk=self.conversation.pk)
+
+    @rule(text=st.sampled_from(TEXTS))
+    def customer_writes(self, text):
+        try:
+            conversations.message_send(conversation=self._current(), text=text)
+        except Problem as problem:
+            assert problem.code in ("conversation_closed", "too_many_open_runs")
+
+    @rule(name=st.sampled_from(COMMANDS), as_supervisor=st.booleans())
+    def command(self, name, as_supervisor):
+        principal = self.sam if as_supervisor else self.alice
+        command = commands.command_parse(name)
+        try:
+            commands.command_allowed(command, principal)
+        except Problem as problem:
+            assert (problem.code, principal.role) == ("permission_denied", "customer")
+            return
+        waiting = set(
+            ConversationMessage.objects.filter(
+                conversation=self.conversation,
+                status__in=[MessageStatus.QUEUED, MessageStatus.HELD],
+            ).values_list("pk", flat=True)
+        )
+        result = conversations.command_run(
+            conversation=self._current(), principal=principal, command=command
+        )
+        if command.name == "/new":
+            self.dropped |= waiting
+            self.conversation = Conversation.objects.get(pk=result["conversation_id"])
+
+    @rule()
+    def worker_ticks(self):
+        worker.tick()
+
+    @rule()
+    def worker_takes_a_step(self):
+        lease = services.run_claim()
+        if lease is not None:
+            worker.run_step(lease)
+
+    @invariant()
+    def at_most_one_active_run_per_conversation(self):
+        for conversation in Conversation.objects.all():
+            active = list(
+                AgentRun.objects.filter(
+                    conversation=conversation, status__in=ACTIVE_STATUSES
+                ).values_list("pk", flat=True)
+            )
+            assert len(active) <= 1
+            if conversation.status != ConversationStatus.CLOSED:
+                assert conversation.active_run_id == (active[0] if active else None)
+
+    @invariant()
+    def no_message_runs_twice(self):
+        run_ids = list(
+            ConversationMessage.objects.exclude(run=None).values_list("run_id", flat=True)
+        )
+        assert len(run_ids) == len(set(run_ids))
+        assert AgentRun.objects.filter(conversation__isnull=False).count() == len(run_ids)
+
+    @invariant()
+    def dropped_messages_never_run(self):
+        for message in ConversationMessage.objects.filter(pk__in=self.dropped):
+            assert message.status == MessageStatus.CANCELLED
+            assert message.run_id is None
+
+
+def test_conversation_state_machine_keeps_its_invariants(demo):
+    alice = Principal(merchant=demo, role="customer", user=User.objects.get(username="alice"))
+    sam = Principal(merchant=demo, role="supervisor", user=User.objects.get(username="sam"))
+    run_state_machine_as_test(
+        lambda: ConversationMachine(demo, alice, sam),
+        settings=hypothesis.settings(
+            max_examples=25,
+            stateful_step_count=15,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

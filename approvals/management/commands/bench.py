@@ -9,12 +9,16 @@ Two phases, on the database in DATABASE_URL:
    its queueing and that start to its completion).
 The `approval` scenario is a refund each: `runportal` (web and workers) runs them until they
 wait, then 32 concurrent clients approve them over HTTP; it adds the decisions' rate and
-latency. The last line printed is one JSON object.
+latency. The `stop` scenario measures /stop: one worker is inside a slow warehouse call when
+a customer sends /stop; it reports the request's latency and the time from its answer until
+the worker abandoned the run (it starts the run queued behind it). The last line printed is
+one JSON object.
 """
 
 import json
 import os
 import queue
+import random
 import signal
 import socket
 import statistics
@@ -32,6 +36,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Max, Min, Sum
+from django.utils import timezone
 
 from agentportal.models import Membership, Merchant, Role
 from agentportal.principals import Principal
@@ -49,7 +54,9 @@ DECISION_CLIENTS = 32
 MESSAGES = {
     "plain": "What is the status of order {order}?",
     "approval": "I want a refund for {order} amount 10",
+    "stop": "What is the status of order {order}?",
 }
+STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
 
 
 class Command(BaseCommand):
@@ -74,6 +81,9 @@ class Command(BaseCommand):
         self._clear(merchant)
         if scenario == "approval":
             result = self._decisions(merchant, runs, workers, timeout)
+        elif scenario == "stop":
+            workers = 1  # the queued run must wait for the very worker that is stopped
+            result = self._stops(merchant, runs, timeout)
         else:
             result = self._throughput(merchant, runs, workers, timeout)
         result.update(
@@ -98,6 +108,7 @@ class Command(BaseCommand):
             "queries_per_step",
             "commits_per_run",
             "decisions",
+            "stops",
         ]
         self.stdout.write(json.dumps({key: result[key] for key in order if key in result}))
 
@@ -245,20 +256,7 @@ class Command(BaseCommand):
         supervisor = User.objects.get(username=BENCH_SUPERVISOR)
         _, key = api_key_create(merchant=merchant, role="supervisor", user=supervisor)
         self._queue(merchant, runs)
-        port = _free_port()
-        portal = subprocess.Popen(
-            [
-                sys.executable,
-                str(settings.BASE_DIR / "manage.py"),
-                "runportal",
-                "--port",
-                str(port),
-                "--workers",
-                str(workers),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=self._portal_log,
-        )
+        port, portal = self._start_portal(workers)
         try:
             ends = time.monotonic() + timeout
             waiting = Approval.objects.filter(
@@ -289,6 +287,91 @@ class Command(BaseCommand):
         result["decisions"] = decided
         return result
 
+    def _start_portal(self, workers: int) -> tuple[int, subprocess.Popen]:
+        port = _free_port()
+        portal = subprocess.Popen(
+            [
+                sys.executable,
+                str(settings.BASE_DIR / "manage.py"),
+                "runportal",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._portal_log,
+        )
+        ends = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
+                return port, portal
+            except OSError:
+                if time.monotonic() > ends or portal.poll() is not None:
+                    raise CommandError("runportal did not come up") from None
+                time.sleep(0.2)
+
+    def _stops(self, merchant: Merchant, stops: int, timeout: float) -> dict:
+        """/stop while the only worker waits on the warehouse; a second conversation's run
+        waits behind it, and its start marks the moment the worker let go."""
+        customers = list(self._customers(merchant)[:2])
+        keys = {
+            c.pk: api_key_create(merchant=merchant, role="customer", user=c)[1] for c in customers
+        }
+        port, portal = self._start_portal(1)
+        base = f"http://127.0.0.1:{port}/api/v1"
+        request_ms, abandon_ms = [], []
+        delays = random.Random(7)
+        try:
+            for index in range(stops):
+                ends = time.monotonic() + timeout
+                slow, other = customers[index % 2], customers[(index + 1) % 2]
+                order = _order_of(slow)
+                stopped = _post(base, keys[slow.pk], "/conversations", {})["id"]
+                run_id = _post(
+                    base,
+                    keys[slow.pk],
+                    f"/conversations/{stopped}/messages",
+                    {"text": STOCK_QUESTION.format(order=order)},
+                )["run_id"]
+                while not RunEvent.objects.filter(
+                    run_id=run_id, type="tool.started", data__tool="check_stock"
+                ).exists():
+                    if time.monotonic() > ends or portal.poll() is not None:
+                        raise CommandError("the slow tool never started")
+                    time.sleep(0.01)
+                # Somewhere inside the warehouse call, at random: a fixed delay would always
+                # hit the same phase of the worker's 250 ms cancellation poll.
+                time.sleep(delays.uniform(0.3, 1.5))
+                behind = _post(base, keys[other.pk], "/conversations", {})["id"]
+                waiting = _post(
+                    base,
+                    keys[other.pk],
+                    f"/conversations/{behind}/messages",
+                    {"text": MESSAGES["plain"].format(order=_order_of(other))},
+                )["run_id"]
+                started = time.perf_counter()
+                _post(base, keys[slow.pk], f"/conversations/{stopped}/messages", {"text": "/stop"})
+                request_ms.append((time.perf_counter() - started) * 1000)
+                answered = timezone.now()
+                while not (
+                    event := RunEvent.objects.filter(run_id=waiting, type="run.started").first()
+                ):
+                    if time.monotonic() > ends or portal.poll() is not None:
+                        raise CommandError("the worker never let go of the stopped run")
+                    time.sleep(0.005)
+                abandon_ms.append(max(0.0, (event.created_at - answered).total_seconds() * 1000))
+                while not AgentRun.objects.get(pk=waiting).is_finished:
+                    time.sleep(0.01)
+        finally:
+            if portal.poll() is None:
+                portal.send_signal(signal.SIGTERM)
+                portal.wait(timeout=60)
+        return {
+            "stops": {"count": stops, "request_ms": _p(request_ms), "abandon_ms": _p(abandon_ms)}
+        }
+
     def _start_cluster(self, workers: int) -> subprocess.Popen:
         env = {**os.environ, "AGENTPORTAL_WORKERS": str(workers)}
         return subprocess.Popen(
@@ -307,6 +390,29 @@ class Command(BaseCommand):
             except subprocess.TimeoutExpired:
                 os.killpg(cluster.pid, signal.SIGKILL)
                 cluster.wait()
+
+
+def _order_of(customer: User) -> str:
+    return f"ORD-{500000 + int(customer.username.split('-')[1])}"
+
+
+def _p(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50": round(statistics.median(ordered), 1),
+        "p95": round(ordered[max(0, int(len(ordered) * 0.95) - 1)], 1),
+    }
+
+
+def _post(base: str, key: str, path: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{base}{path}",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
 
 
 def _free_port() -> int:

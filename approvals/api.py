@@ -14,8 +14,8 @@ from approvals.serializers import (
     DecisionResultSerializer,
     DecisionSerializer,
 )
-from runs.api import PAGE_SIZE, principal_of, run_or_404
-from runs.selectors import InvalidCursor, page_newest_first, run_for
+from runs.api import filtered_page, principal_of, run_or_404
+from runs.selectors import run_for
 from runs.serializers import RunSerializer
 
 
@@ -75,29 +75,9 @@ class ApprovalsView(APIView):
     )
     def get(self, request):
         approvals = selectors.approvals_visible_to(supervisor_or_403(request))
-        status = request.query_params.get("status")
-        if status:
-            if status not in ApprovalStatus.values:
-                raise Problem(
-                    400,
-                    "validation_error",
-                    "Unknown status.",
-                    errors=[{"field": "status", "message": ", ".join(ApprovalStatus.values)}],
-                )
-            approvals = approvals.filter(status=status)
-        if tool := request.query_params.get("tool"):
-            approvals = approvals.filter(tool_name=tool)
-        try:
-            page, next_cursor = page_newest_first(
-                approvals, cursor=request.query_params.get("cursor"), size=PAGE_SIZE
-            )
-        except InvalidCursor as error:
-            raise Problem(
-                400,
-                "validation_error",
-                str(error),
-                errors=[{"field": "cursor", "message": str(error)}],
-            ) from error
+        page, next_cursor = filtered_page(
+            request, approvals, statuses=ApprovalStatus.values, tool="tool_name"
+        )
         return Response({"results": ApprovalSerializer(page, many=True).data, "next": next_cursor})
 
 

@@ -46,6 +46,32 @@ def run_or_404(request, run_id):
     return run
 
 
+def filtered_page(request, queryset, *, statuses, **filters):
+    """A list endpoint's page: `status` checked against `statuses`, exact `filters` applied
+    (query parameter -> field), newest first, a 400 problem for a bad value or cursor."""
+    wanted = request.query_params.get("status")
+    if wanted:
+        if wanted not in statuses:
+            raise Problem(
+                400,
+                "validation_error",
+                "Unknown status.",
+                errors=[{"field": "status", "message": f"one of {', '.join(statuses)}"}],
+            )
+        queryset = queryset.filter(status=wanted)
+    for parameter, field in filters.items():
+        if value := request.query_params.get(parameter):
+            queryset = queryset.filter(**{field: value})
+    try:
+        return selectors.page_newest_first(
+            queryset, cursor=request.query_params.get("cursor"), size=PAGE_SIZE
+        )
+    except selectors.InvalidCursor as error:
+        raise Problem(
+            400, "validation_error", str(error), errors=[{"field": "cursor", "message": str(error)}]
+        ) from error
+
+
 def int_param(request, name: str, default: int = 0) -> int:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
@@ -108,29 +134,7 @@ class RunsView(APIView):
     )
     def get(self, request):
         runs = selectors.runs_visible_to(principal_of(request))
-        run_status = request.query_params.get("status")
-        if run_status:
-            if run_status not in RunStatus.values:
-                raise Problem(
-                    400,
-                    "validation_error",
-                    "Unknown status.",
-                    errors=[
-                        {"field": "status", "message": f"one of {', '.join(RunStatus.values)}"}
-                    ],
-                )
-            runs = runs.filter(status=run_status)
-        try:
-            page, next_cursor = selectors.page_newest_first(
-                runs, cursor=request.query_params.get("cursor"), size=PAGE_SIZE
-            )
-        except selectors.InvalidCursor as error:
-            raise Problem(
-                400,
-                "validation_error",
-                str(error),
-                errors=[{"field": "cursor", "message": str(error)}],
-            ) from error
+        page, next_cursor = filtered_page(request, runs, statuses=RunStatus.values)
         return Response({"results": RunSerializer(page, many=True).data, "next": next_cursor})
 
     @extend_schema(

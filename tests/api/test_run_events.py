@@ -7,21 +7,10 @@ import pytest
 from agentportal.problems import CONTENT_TYPE
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus
+from tests.problems import assert_problem
 
 RUNS = "/api/v1/runs"
 QUESTION = "What is the status of order ORD-1001?"
-
-
-def assert_problem(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith(CONTENT_TYPE)
-    body = response.json()
-    for member in ("type", "title", "status", "detail", "instance", "code"):
-        assert member in body, member
-    assert body["status"] == status
-    assert body["code"] == code
-    assert body["type"].endswith(f"/problems/{code}")
-    return body
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from agentportal.services import (
     membership_revoke,
 )
 from runs.models import AgentRun, RunStatus
+from tests.problems import assert_problem
 
 RUNS = "/api/v1/runs"
 BODY = {"message": "What is the status of order ORD-1001?"}
@@ -25,18 +26,6 @@ BODY = {"message": "What is the status of order ORD-1001?"}
 
 def raw_key_of(client: APIClient) -> str:
     return client._credentials["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
-
-
-def assert_problem(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith(CONTENT_TYPE)
-    body = response.json()
-    for member in ("type", "title", "status", "detail", "instance", "code"):
-        assert member in body, member
-    assert body["status"] == status
-    assert body["code"] == code
-    assert body["type"].endswith(f"/problems/{code}")
-    return body
 
 
 def assert_no_run_data(response, run_id: str) -> None:

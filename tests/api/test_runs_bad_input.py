@@ -6,22 +6,9 @@ import pytest
 
 from agentportal.problems import CONTENT_TYPE
 from runs.models import AgentRun, RunEvent
+from tests.problems import assert_problem
 
 RUNS = "/api/v1/runs"
-
-
-def assert_problem(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith(CONTENT_TYPE)
-    body = response.json()
-    for member in ("type", "title", "status", "detail", "instance", "code"):
-        assert member in body, member
-        assert body[member] not in (None, ""), member
-    assert body["status"] == status
-    assert body["code"] == code
-    assert body["type"].endswith(f"/problems/{code}")
-    assert body["instance"] == RUNS
-    return body
 
 
 def assert_field_errors(body: dict) -> list[str]:

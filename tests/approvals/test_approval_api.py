@@ -29,6 +29,7 @@ from runs import worker
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus, ToolExecution, ToolStatus
 from runs.snapshot import snapshot_parse
 from tests import factories
+from tests.problems import assert_problem
 
 REFUND = "I want a refund for ORD-1003 amount 20"
 APPROVALS = "/api/v1/approvals"
@@ -116,20 +117,6 @@ def endpoint(request) -> Endpoint:
 @pytest.fixture
 def waiting(demo) -> Waiting:
     return refund_run_waiting()
-
-
-def assert_problem(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith(CONTENT_TYPE), response["Content-Type"]
-    body = response.json()
-    assert body["status"] == status
-    assert body["code"] == code, body
-    assert body["type"].endswith(f"/problems/{code}")
-    assert body["title"]
-    assert body["detail"]
-    assert body["instance"] == response.request["PATH_INFO"]
-    assert "Traceback" not in response.content.decode()
-    return body
 
 
 def error_fields(body: dict) -> list[str]:

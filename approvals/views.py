@@ -11,10 +11,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from agentportal.admin import supervises_any
+from agentportal.models import Membership, Role
+from agentportal.principals import Principal
 from agentportal.problems import Problem
 from approvals import selectors, services
 from approvals.models import Approval, ApprovalStatus, Decision
-from runs.models import AgentRun
+from runs import commands, conversations
+from runs import selectors as run_selectors
+from runs.models import AgentRun, Conversation, ConversationStatus
 from runs.tools import TOOLS
 
 
@@ -160,3 +164,83 @@ def _explain(request, form: DecisionForm, problem: Problem) -> None:
             form.add_error(None, f"{error['field']}: {error['message']}")
     else:
         form.add_error(None, problem.detail)
+
+
+# --- the customer's chat ----------------------------------------------------------------------
+
+
+class ChatForm(forms.Form):
+    text = forms.CharField(max_length=4000, strip=True)
+
+
+def _chat_principal(request) -> Principal:
+    membership = (
+        Membership.objects.select_related("merchant")
+        .filter(user=request.user, role=Role.CUSTOMER, active=True, merchant__active=True)
+        .order_by("pk")
+        .first()
+    )
+    if membership is None:
+        raise Http404("You are not a customer of any shop.")
+    return Principal(merchant=membership.merchant, role=Role.CUSTOMER, user=request.user)
+
+
+def _chat_conversation(principal: Principal) -> Conversation:
+    """The customer's current conversation: the newest one still open, or a new one."""
+    current = (
+        run_selectors.conversations_visible_to(principal)
+        .exclude(status=ConversationStatus.CLOSED)
+        .order_by("-created_at")
+        .first()
+    )
+    return current or conversations.conversation_create(
+        merchant=principal.merchant, customer=principal.user
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def chat_page(request):
+    principal = _chat_principal(request)
+    conversation = _chat_conversation(principal)
+    form = ChatForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        text = form.cleaned_data["text"]
+        try:
+            command = commands.command_parse(text)
+            if command is None:
+                conversations.message_send(conversation=conversation, text=text)
+            else:
+                commands.command_allowed(command, principal)
+                result = conversations.command_run(
+                    conversation=conversation, principal=principal, command=command
+                )
+                messages.info(request, _command_message(command.name, result))
+            return redirect("portal-chat")
+        except Problem as problem:
+            form.add_error("text", problem.detail)
+    return render(request, "portal/chat.html", {**_chat_context(conversation), "form": form})
+
+
+@login_required
+def chat_messages(request):
+    """The chat's live part, polled by htmx."""
+    conversation = _chat_conversation(_chat_principal(request))
+    return render(request, "portal/_chat_messages.html", _chat_context(conversation))
+
+
+def _chat_context(conversation: Conversation) -> dict:
+    rows = run_selectors.conversation_messages(conversation).select_related("run")
+    return {"conversation": conversation, "rows": rows}
+
+
+def _command_message(name: str, result: dict) -> str:
+    if name == "/new":
+        return "Started a new conversation."
+    if name == "/stop":
+        return "Stopped." if result.get("cancelled_run_id") else "Nothing was running."
+    if name == "/status":
+        run = result.get("active_run")
+        state = f"the agent is {run['status'].lower()}" if run else "the agent is idle"
+        return f"Status: {state}; {result['pending_messages']} message(s) waiting."
+    return f"{name} done."

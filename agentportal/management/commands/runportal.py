@@ -41,7 +41,9 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         self.stdout.write(
             f"Agent Portal is running on http://{host}:{port}/ with {workers} workers.\n"
-            f"  Supervisors and admin: http://{host}:{port}/admin/ (sam / demo, admin / demo)\n"
+            f"  Supervisors' inbox:    http://{host}:{port}/portal/ (sam / demo)\n"
+            f"  Customers' chat:       http://{host}:{port}/portal/chat/ (alice / demo)\n"
+            f"  Admin:                 http://{host}:{port}/admin/ (admin / demo)\n"
             f"  REST API docs:         http://{host}:{port}/api/v1/docs/\n"
             "  Stop with Ctrl-C."
         )

@@ -1,0 +1,54 @@
+"""The customer's chat page in a real browser: messages, answers as they come, /stop, /new."""
+
+import pytest
+
+from runs import worker
+from runs.models import AgentRun, Conversation, RunStatus
+from tests.browser.conftest import screenshot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _send(page, text: str) -> None:
+    page.fill("#chat-text", text)
+    page.click("#chat-form button[type=submit]")
+
+
+def test_customer_chats_sees_the_answer_live_and_starts_over(demo, signed_in, live_server):
+    alice = signed_in("alice")
+    alice.goto(f"{live_server.url}/portal/chat/")
+
+    # when: a question, answered by a worker while the page is open
+    _send(alice, "What is the status of order ORD-1001?")
+    assert "started" in alice.inner_text("#chat-messages")
+    worker.tick()
+
+    # then: the answer appears without a reload
+    alice.wait_for_selector(".answer", timeout=10000)
+    assert "ORD-1001" in alice.inner_text(".answer")
+    screenshot(alice, "chat-answer")
+
+    # when: a second question, stopped before any worker takes it
+    _send(alice, "And ORD-1002?")
+    _send(alice, "/stop")
+    assert "Stopped." in alice.inner_text(".messages")
+    stopped = AgentRun.objects.order_by("-created_at").first()
+    assert stopped.status == RunStatus.CANCELLED
+
+    # when: starting over
+    first = Conversation.objects.get(customer__username="alice")
+    _send(alice, "/new")
+
+    # then: a fresh, empty conversation
+    assert "Started a new conversation." in alice.inner_text(".messages")
+    assert "No messages yet." in alice.inner_text("#chat-messages")
+    first.refresh_from_db()
+    assert first.status == "CLOSED"
+
+
+def test_unknown_command_is_a_form_error(demo, signed_in, live_server):
+    alice = signed_in("alice")
+    alice.goto(f"{live_server.url}/portal/chat/")
+    _send(alice, "/reboot")
+    assert "not a command" in alice.inner_text("#chat-form")
+    assert not AgentRun.objects.exists()

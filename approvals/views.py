@@ -185,24 +185,27 @@ def _chat_principal(request) -> Principal:
     return Principal(merchant=membership.merchant, role=Role.CUSTOMER, user=request.user)
 
 
-def _chat_conversation(principal: Principal) -> Conversation:
-    """The customer's current conversation: the newest one still open, or a new one."""
+def _chat_conversation(principal: Principal, *, create: bool) -> Conversation | None:
+    """The customer's current conversation: the newest one still open; a new one is made
+    only when the customer writes (reading the page writes nothing)."""
     current = (
         run_selectors.conversations_visible_to(principal)
         .exclude(status=ConversationStatus.CLOSED)
         .order_by("-created_at")
         .first()
     )
-    return current or conversations.conversation_create(
-        merchant=principal.merchant, customer=principal.user
-    )
+    if current is None and create:
+        current = conversations.conversation_create(
+            merchant=principal.merchant, customer=principal.user
+        )
+    return current
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def chat_page(request):
     principal = _chat_principal(request)
-    conversation = _chat_conversation(principal)
+    conversation = _chat_conversation(principal, create=request.method == "POST")
     form = ChatForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         text = form.cleaned_data["text"]
@@ -225,12 +228,16 @@ def chat_page(request):
 @login_required
 def chat_messages(request):
     """The chat's live part, polled by htmx."""
-    conversation = _chat_conversation(_chat_principal(request))
+    conversation = _chat_conversation(_chat_principal(request), create=False)
     return render(request, "portal/_chat_messages.html", _chat_context(conversation))
 
 
-def _chat_context(conversation: Conversation) -> dict:
-    rows = run_selectors.conversation_messages(conversation).select_related("run")
+def _chat_context(conversation: Conversation | None) -> dict:
+    rows = (
+        run_selectors.conversation_messages(conversation).select_related("run")
+        if conversation
+        else []
+    )
     return {"conversation": conversation, "rows": rows}
 
 

@@ -404,6 +404,7 @@ class AccessRevoked(Exception):
     """The run's merchant was deactivated or its account lost its membership."""
 
 
+# The same conditions as _claimable() and _running_count() below, for the raw query.
 CLAIMABLE_SQL = "(r.status = 'QUEUED' OR (r.status = 'RUNNING' AND r.lease_expires_at < %(now)s))"
 RUNNING_SQL = (
     "(SELECT COUNT(*) FROM runs_agentrun r WHERE r.merchant_id = m.id"

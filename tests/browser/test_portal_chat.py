@@ -52,3 +52,11 @@ def test_unknown_command_is_a_form_error(demo, signed_in, live_server):
     _send(alice, "/reboot")
     assert "not a command" in alice.inner_text("#chat-form")
     assert not AgentRun.objects.exists()
+
+
+def test_opening_the_chat_writes_nothing(demo, signed_in, live_server):
+    alice = signed_in("alice")
+    alice.goto(f"{live_server.url}/portal/chat/")
+    assert "No messages yet." in alice.inner_text("#chat-messages")
+    alice.wait_for_timeout(1500)  # a few htmx polls
+    assert not Conversation.objects.exists()

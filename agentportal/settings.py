@@ -155,6 +155,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "ToolCallDecisionEnum": "approvals.models.Decision.choices",
+        "PlanDecisionEnum": "approvals.models.PlanDecision.choices",
+    },
 }
 
 # django-q2. These numbers were measured, not guessed (DESIGN sections 2 and 5): timeout above
@@ -187,6 +191,8 @@ AGENTPORTAL = {
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
     "RUN_DEADLINE_SECONDS": env_int("AGENTPORTAL_RUN_DEADLINE_SECONDS", 600),
     "WAIT_SECONDS": env_int("AGENTPORTAL_WAIT_SECONDS", 24 * 3600),
+    # When a colleague is due to follow up on a create_followup_request.
+    "FOLLOWUP_DUE_SECONDS": env_int("AGENTPORTAL_FOLLOWUP_DUE_SECONDS", 24 * 3600),
     "SLICE_SECONDS": env_float("AGENTPORTAL_SLICE_SECONDS", 120.0),
     "LEASE_SECONDS": env_float("AGENTPORTAL_LEASE_SECONDS", 125.0),
     "TICK_CLAIM_SECONDS": env_float("AGENTPORTAL_TICK_CLAIM_SECONDS", 20.0),

@@ -5,14 +5,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentportal.problems import Problem
-from approvals import selectors, services
-from approvals.models import ApprovalStatus
+from approvals import plans, selectors, services
+from approvals.models import ApprovalStatus, TicketStatus
 from approvals.serializers import (
     ApprovalPageSerializer,
     ApprovalSerializer,
     DecisionOnApprovalSerializer,
     DecisionResultSerializer,
     DecisionSerializer,
+    TicketConfirmSerializer,
+    TicketDecideSerializer,
+    TicketPageSerializer,
+    TicketReviseSerializer,
+    TicketSerializer,
 )
 from runs.api import filtered_page, principal_of, run_or_404
 from runs.selectors import run_for
@@ -100,3 +105,82 @@ class ApprovalDecisionView(APIView):
         return _decide(
             request, approval.run, DecisionOnApprovalSerializer, interrupt_id=interrupt_id
         )
+
+
+# --- tickets (exchange plans) -----------------------------------------------------------------
+
+
+def ticket_or_404(request, ticket_id):
+    ticket = selectors.ticket_for(principal_of(request), ticket_id)
+    if ticket is None:
+        raise Problem(404, "not_found", "No such ticket.")
+    return ticket
+
+
+def _ticket_response(request, ticket_id) -> Response:
+    return Response(TicketSerializer(ticket_or_404(request, ticket_id)).data)
+
+
+class TicketsView(APIView):
+    @extend_schema(
+        operation_id="tickets_list",
+        parameters=[
+            OpenApiParameter("status", str, enum=list(TicketStatus.values)),
+            OpenApiParameter("cursor", str),
+        ],
+        responses=TicketPageSerializer,
+    )
+    def get(self, request):
+        tickets = selectors.tickets_visible_to(principal_of(request))
+        page, next_cursor = filtered_page(request, tickets, statuses=TicketStatus.values)
+        return Response({"results": TicketSerializer(page, many=True).data, "next": next_cursor})
+
+
+class TicketDetailView(APIView):
+    @extend_schema(operation_id="tickets_retrieve", responses=TicketSerializer)
+    def get(self, request, ticket_id):
+        return _ticket_response(request, ticket_id)
+
+
+class TicketConfirmView(APIView):
+    @extend_schema(
+        operation_id="tickets_confirm", request=TicketConfirmSerializer, responses=TicketSerializer
+    )
+    def post(self, request, ticket_id):
+        ticket = ticket_or_404(request, ticket_id)
+        plans.ticket_owner_check(ticket, principal_of(request), "confirm")
+        serializer = TicketConfirmSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        plans.ticket_confirm(
+            ticket=ticket, principal=principal_of(request), **serializer.validated_data
+        )
+        return _ticket_response(request, ticket_id)
+
+
+class TicketReviseView(APIView):
+    @extend_schema(
+        operation_id="tickets_revise", request=TicketReviseSerializer, responses=TicketSerializer
+    )
+    def post(self, request, ticket_id):
+        ticket = ticket_or_404(request, ticket_id)
+        serializer = TicketReviseSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        plans.ticket_revise(
+            ticket=ticket, principal=principal_of(request), **serializer.validated_data
+        )
+        return _ticket_response(request, ticket_id)
+
+
+class TicketDecideView(APIView):
+    @extend_schema(
+        operation_id="tickets_decide", request=TicketDecideSerializer, responses=TicketSerializer
+    )
+    def post(self, request, ticket_id):
+        ticket = ticket_or_404(request, ticket_id)
+        plans.plan_supervisor_check(principal_of(request), "decide")
+        serializer = TicketDecideSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        plans.ticket_decide(
+            ticket=ticket, principal=principal_of(request), **serializer.validated_data
+        )
+        return _ticket_response(request, ticket_id)

@@ -2,7 +2,7 @@ from django.db.models import QuerySet
 
 from agentportal.principals import Principal
 from agentportal.selectors import merchants_supervised_by
-from approvals.models import Approval, Order, StockLevel
+from approvals.models import Approval, Order, StockLevel, Ticket
 
 
 def order_for_customer(*, merchant_id: int, customer_id: int, number: str) -> Order | None:
@@ -37,3 +37,18 @@ def approvals_for_supervisor(*, user) -> QuerySet[Approval]:
     return Approval.objects.filter(merchant__in=merchants_supervised_by(user=user)).select_related(
         "merchant", "decided_by", "run__account"
     )
+
+
+def tickets_visible_to(principal: Principal) -> QuerySet[Ticket]:
+    """A customer sees their own plans; supervisors and service keys their shop's. With what
+    the representation needs, in a constant number of queries for a page."""
+    tickets = Ticket.objects.filter(merchant=principal.merchant)
+    if principal.is_customer:
+        tickets = tickets.filter(customer=principal.user)
+    return tickets.select_related("order").prefetch_related(
+        "proposals", "confirmations__customer", "reviews__reviewer", "reviews__reviewer_key"
+    )
+
+
+def ticket_for(principal: Principal, ticket_id) -> Ticket | None:
+    return tickets_visible_to(principal).filter(pk=ticket_id).first()

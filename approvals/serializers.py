@@ -1,14 +1,14 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentportal.serializers import StrictCharField, StrictSerializer
-from approvals.models import Approval, Decision
+from agentportal.serializers import StrictCharField, StrictIntegerField, StrictSerializer
+from approvals.models import Approval, Decision, PlanDecision, Ticket, TicketStatus
 from runs.serializers import RunSerializer
 
 
 class DecisionSerializer(StrictSerializer):
     interrupt_id = StrictCharField(max_length=64)
-    decision = serializers.ChoiceField(choices=Decision.values)
+    decision = serializers.ChoiceField(choices=Decision.choices)
     tool_args = serializers.JSONField(required=False)
     reason = StrictCharField(required=False, allow_blank=True, max_length=2000)
 
@@ -53,7 +53,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
     def get_args_digest(self, approval: Approval) -> str | None:
         return approval.args_digest or None
 
-    @extend_schema_field(serializers.ChoiceField(Decision.values, allow_null=True))
+    @extend_schema_field(serializers.ChoiceField(Decision.choices, allow_null=True))
     def get_decision(self, approval: Approval) -> str | None:
         return approval.decision or None
 
@@ -74,3 +74,111 @@ class ApprovalPageSerializer(serializers.Serializer):
 class DecisionResultSerializer(serializers.Serializer):
     run = RunSerializer()
     approval = ApprovalSerializer()
+
+
+def _current(rows, version: int):
+    """The row of the ticket's current proposal version among prefetched ones."""
+    return next((row for row in rows if row.proposal_version == version), None)
+
+
+class ExchangeItemSerializer(serializers.Serializer):
+    sku = serializers.CharField()
+    new_sku = serializers.CharField()
+    quantity = serializers.IntegerField()
+
+
+class ProposalSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    items = ExchangeItemSerializer(many=True)
+    summary = serializers.CharField()
+    note = serializers.CharField(allow_blank=True)
+
+
+class ConfirmationSerializer(serializers.Serializer):
+    proposal_version = serializers.IntegerField()
+    confirmed_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class ReviewSerializer(serializers.Serializer):
+    proposal_version = serializers.IntegerField()
+    decision = serializers.ChoiceField(PlanDecision.choices)
+    note = serializers.CharField(allow_blank=True)
+    reviewed_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class TicketSerializer(serializers.ModelSerializer):
+    run_id = serializers.UUIDField()
+    order_id = serializers.CharField(source="order.number")
+    status = serializers.ChoiceField(TicketStatus.values)
+    proposal = serializers.SerializerMethodField()
+    confirmation = serializers.SerializerMethodField()
+    review = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Ticket
+        fields = [
+            "id",
+            "run_id",
+            "order_id",
+            "status",
+            "proposal",
+            "confirmation",
+            "review",
+            "created_at",
+            "updated_at",
+        ]
+
+    @extend_schema_field(ProposalSerializer)
+    def get_proposal(self, ticket: Ticket) -> dict:
+        proposal = next(p for p in ticket.proposals.all() if p.version == ticket.version)
+        return ProposalSerializer(proposal).data
+
+    @extend_schema_field(ConfirmationSerializer(allow_null=True))
+    def get_confirmation(self, ticket: Ticket) -> dict | None:
+        confirmation = _current(ticket.confirmations.all(), ticket.version)
+        if confirmation is None:
+            return None
+        return {
+            "proposal_version": confirmation.proposal_version,
+            "confirmed_by": confirmation.customer.get_username(),
+            "created_at": confirmation.created_at,
+        }
+
+    @extend_schema_field(ReviewSerializer(allow_null=True))
+    def get_review(self, ticket: Ticket) -> dict | None:
+        review = _current(ticket.reviews.all(), ticket.version)
+        if review is None:
+            return None
+        reviewer = review.reviewer.get_username() if review.reviewer else "service"
+        return ReviewSerializer(
+            {
+                "proposal_version": review.proposal_version,
+                "decision": review.decision,
+                "note": review.note,
+                "reviewed_by": reviewer,
+                "created_at": review.created_at,
+            }
+        ).data
+
+
+class TicketPageSerializer(serializers.Serializer):
+    results = TicketSerializer(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
+class TicketConfirmSerializer(StrictSerializer):
+    proposal_version = StrictIntegerField(min_value=1)
+
+
+class TicketReviseSerializer(StrictSerializer):
+    proposal_version = StrictIntegerField(min_value=1)
+    note = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
+    items = serializers.JSONField(required=False)
+
+
+class TicketDecideSerializer(StrictSerializer):
+    proposal_version = StrictIntegerField(min_value=1)
+    decision = serializers.ChoiceField(choices=PlanDecision.choices)
+    note = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")

@@ -31,6 +31,7 @@ from runs.snapshot import (
     RunContext,
     SnapshotError,
     StateSnapshot,
+    interrupt_id_for,
     snapshot_parse,
     transition_check,
 )
@@ -38,11 +39,6 @@ from runs.tools import TOOLS, CancellationToken, Tool, ToolContext, ToolError
 from runs.worker import ToolOutcome
 
 logger = logging.getLogger(__name__)
-
-
-def interrupt_id_for(key: str) -> str:
-    """The interrupt id of a tool call: derived from its key, so a replayed step finds it."""
-    return "int-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def args_digest(arguments: dict[str, Any]) -> str:
@@ -168,19 +164,26 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id
     )
 
 
-def approver_still_allowed(approval: Approval) -> bool:
-    """Whoever approved must still hold a deciding role now, not only when they decided."""
-    if approval.decided_by_id is not None:
-        user = approval.decided_by
+def decider_still_allowed(*, merchant, user, api_key_id: int | None) -> bool:
+    """Whoever decided must still hold a deciding role now, not only when they decided."""
+    if user is not None:
         return user.is_active and (
             user.is_superuser
-            or supervisor_memberships(merchant=approval.merchant).filter(user=user).exists()
+            or supervisor_memberships(merchant=merchant).filter(user=user).exists()
         )
-    if approval.decided_by_key_id is not None:
+    if api_key_id is not None:
         return ApiKey.objects.filter(
-            pk=approval.decided_by_key_id, revoked_at__isnull=True, merchant__active=True
+            pk=api_key_id, revoked_at__isnull=True, merchant__active=True
         ).exists()
     return False
+
+
+def approver_still_allowed(approval: Approval) -> bool:
+    return decider_still_allowed(
+        merchant=approval.merchant,
+        user=approval.decided_by if approval.decided_by_id else None,
+        api_key_id=approval.decided_by_key_id,
+    )
 
 
 def _execute_approved(*, run: AgentRun, tool: Tool, call: PendingToolCall, key: str):

@@ -1,7 +1,11 @@
 """django-q2 entry points of the approvals app. Each is safe to run twice."""
 
-from approvals import notifications
+from approvals import notifications, plans
 
 
 def deliver_webhooks() -> int:
     return notifications.webhooks_deliver_due()
+
+
+def reconcile(run_id: str) -> int:
+    return plans.plan_reconcile(run_id=run_id)

@@ -2,16 +2,18 @@
 customer and shop: an order of another customer does not exist for this run."""
 
 import time
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field
 
 from approvals import selectors
-from approvals.models import Order, OrderStatus, Refund
+from approvals.models import FollowupRequest, Order, OrderStatus, Refund
 from runs.tools import Policy, Tool, ToolCancelled, ToolContext, ToolError, tool_register
 
 ORDER_NUMBER = r"^ORD-\d{1,12}$"
@@ -38,6 +40,26 @@ class ExchangeEligibilityArgs(_Args):
 class CheckStockArgs(_Args):
     sku: str = Field(min_length=1, max_length=64)
     size: str = Field(default="", max_length=8, description="A size; empty: the SKU's own.")
+
+
+class ClarificationArgs(_Args):
+    question: str = Field(min_length=1, max_length=500, description="What to ask the customer.")
+
+
+class ExchangeItem(_Args):
+    sku: str = Field(min_length=1, max_length=64, description="The SKU bought.")
+    new_sku: str = Field(min_length=1, max_length=64, description="The SKU wanted instead.")
+    quantity: int = Field(default=1, ge=1, le=20)
+
+
+class ExchangeProposalArgs(_Args):
+    order_id: str = Field(pattern=ORDER_NUMBER)
+    items: list[ExchangeItem] = Field(min_length=1, max_length=10)
+
+
+class FollowupArgs(_Args):
+    order_id: str = Field(pattern=ORDER_NUMBER)
+    note: str = Field(default="", max_length=500, description="What to follow up on.")
 
 
 class IssueRefundArgs(_Args):
@@ -163,6 +185,47 @@ def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
     }
 
 
+def exchange_items_problem(order: Order, items: list[dict[str, Any]]) -> str:
+    """Why these exchange items do not fit the order, or "" when they do."""
+    bought = {item["sku"]: item for item in order.items}
+    for item in items:
+        line = bought.get(item["sku"])
+        if line is None:
+            return f"{item['sku']} is not part of {order.number}"
+        if not line.get("exchangeable", False):
+            return f"{line.get('name', item['sku'])} cannot be exchanged"
+        if item["quantity"] > line.get("quantity", 1):
+            return f"{order.number} holds only {line.get('quantity', 1)} of {item['sku']}"
+        if (
+            selectors.stock_level(merchant_id=order.merchant_id, sku=item["new_sku"])
+            < item["quantity"]
+        ):
+            return f"{item['new_sku']} is out of stock"
+    return ""
+
+
+def create_followup_request(args: FollowupArgs, context: ToolContext) -> dict[str, Any]:
+    """Register that a colleague comes back to the customer; idempotent by the call's key."""
+    order = _order(context, args.order_id)
+    due_at = timezone.now() + timedelta(seconds=settings.AGENTPORTAL["FOLLOWUP_DUE_SECONDS"])
+    followup, _ = FollowupRequest.objects.get_or_create(
+        idempotency_key=context.idempotency_key,
+        defaults={
+            "merchant_id": context.merchant_id,
+            "run_id": context.run_id,
+            "order": order,
+            "note": args.note,
+            "due_at": due_at,
+        },
+    )
+    return {
+        "status": "registered",
+        "followup_id": followup.pk,
+        "order_id": order.number,
+        "due_at": followup.due_at.isoformat(),
+    }
+
+
 def register() -> None:
     for tool in (
         Tool(
@@ -192,6 +255,29 @@ def register() -> None:
             args_model=IssueRefundArgs,
             policy=Policy.APPROVAL,
             executor=issue_refund,
+        ),
+        Tool(
+            name="request_clarification",
+            description="Ask the customer a question and wait for the answer.",
+            args_model=ClarificationArgs,
+            policy=Policy.CLARIFICATION,
+        ),
+        Tool(
+            name="create_exchange_proposal",
+            description=(
+                "Propose an exchange plan for an order. The customer confirms it and a "
+                "supervisor approves it before anything is exchanged."
+            ),
+            args_model=ExchangeProposalArgs,
+            policy=Policy.BUSINESS_WAIT,
+        ),
+        Tool(
+            name="create_followup_request",
+            description="Ask a colleague to follow up with the customer about an order. "
+            "Call it alone, with no other tool in the same turn.",
+            args_model=FollowupArgs,
+            policy=Policy.FOLLOWUP,
+            executor=create_followup_request,
         ),
         Tool(
             name="check_stock",

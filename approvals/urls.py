@@ -11,4 +11,11 @@ urlpatterns = [
         api.ApprovalDecisionView.as_view(),
         name="approval-decision",
     ),
+    path("tickets", api.TicketsView.as_view(), name="tickets"),
+    path("tickets/<uuid:ticket_id>", api.TicketDetailView.as_view(), name="ticket"),
+    path(
+        "tickets/<uuid:ticket_id>/confirm", api.TicketConfirmView.as_view(), name="ticket-confirm"
+    ),
+    path("tickets/<uuid:ticket_id>/revise", api.TicketReviseView.as_view(), name="ticket-revise"),
+    path("tickets/<uuid:ticket_id>/decide", api.TicketDecideView.as_view(), name="ticket-decide"),
 ]

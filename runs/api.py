@@ -14,7 +14,7 @@ from agentportal.principals import Principal
 from agentportal.problems import Problem
 from agentportal.selectors import customer_membership_by_username
 from agentportal.serializers import idempotency_key_from
-from runs import commands, conversations, selectors, services
+from runs import commands, conversations, inputs, selectors, services
 from runs.models import FINISHED_STATUSES, RunStatus
 from runs.serializers import (
     ConversationCreateSerializer,
@@ -22,9 +22,12 @@ from runs.serializers import (
     MessageCreateSerializer,
     MessagePageSerializer,
     MessageSerializer,
+    ReceiptResultSerializer,
+    ReceiptSerializer,
     RunCreateSerializer,
     RunEventSerializer,
     RunEventsSerializer,
+    RunInputCreateSerializer,
     RunPageSerializer,
     RunSerializer,
 )
@@ -181,6 +184,48 @@ class RunCancelView(APIView):
         run = run_or_404(request, run_id)
         run = services.run_cancel(run=run, reason=f"cancelled by {principal_of(request).name}")
         return Response(RunSerializer(run).data)
+
+
+class RunInputsView(APIView):
+    @extend_schema(
+        operation_id="runs_inputs",
+        request=RunInputCreateSerializer,
+        parameters=[
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)
+        ],
+        responses={202: ReceiptResultSerializer, 200: ReceiptResultSerializer},
+    )
+    def post(self, request, run_id):
+        principal = principal_of(request)
+        run = run_or_404(request, run_id)
+        if not (principal.is_customer or principal.is_service):
+            raise Problem(403, "permission_denied", "Only the customer answers the agent.")
+        key = idempotency_key_from(request)
+        serializer = RunInputCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        receipt, run, created = inputs.run_input_accept(
+            run=run,
+            request=inputs.InputRequest(idempotency_key=key, **serializer.validated_data),
+            author=principal.name,
+        )
+        body = {"receipt": ReceiptSerializer(receipt).data, "run": RunSerializer(run).data}
+        if created:
+            return Response(body, status=status.HTTP_202_ACCEPTED)
+        return Response(body, headers={"Idempotent-Replayed": "true"})
+
+
+class RunReceiptView(APIView):
+    @extend_schema(operation_id="runs_receipt", responses=ReceiptResultSerializer)
+    def get(self, request, run_id, idempotency_key):
+        run = run_or_404(request, run_id)
+        if not principal_of(request).is_service:
+            raise Problem(403, "permission_denied", "Receipts are looked up with a service key.")
+        receipt = selectors.run_receipt(run=run, idempotency_key=idempotency_key)
+        if receipt is None:
+            raise Problem(404, "not_found", "No receipt with this key for this run.")
+        return Response(
+            {"receipt": ReceiptSerializer(receipt).data, "run": RunSerializer(run).data}
+        )
 
 
 class RunEventsView(APIView):

@@ -194,6 +194,13 @@ class _Turn:
                     results[name] = json.loads(message.get("content") or "{}")
                 except ValueError:
                     results[name] = {"error": str(message.get("content"))}
+        answer = results.get("request_clarification", {}).get("answer")
+        if answer:
+            # The customer's answer to the agent's question is part of what they said.
+            text = f"{text}\n{answer}"
+            found = ORDER_ID.search(str(answer))
+            if found:
+                order_id = found.group(0).upper()
         return cls(text=text, order_id=order_id, results=results, calls_so_far=calls_so_far)
 
 
@@ -237,6 +244,19 @@ def _refund_answer(order_id: str, result: dict) -> str:
 def _proposal_answer(order_id: str, result: dict) -> str:
     if "error" in result:
         return f"I could not prepare an exchange for order {order_id}: {result['error']}."
+    status = result.get("status")
+    if status == "approved":
+        return (
+            f"Your exchange for order {order_id} is approved: {result.get('summary', '')}. "
+            "We will send the new item as soon as we receive the old one."
+        )
+    if status == "rejected":
+        return (
+            f"A supervisor declined the exchange for order {order_id}: "
+            f"{result.get('note') or 'no reason given'}."
+        )
+    if status == "cancelled":
+        return f"The exchange plan for order {order_id} was cancelled; nothing will change."
     return (
         f"I have prepared an exchange plan for order {order_id}: {result.get('summary', '')}. "
         "Please confirm it; a supervisor will then approve it."

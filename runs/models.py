@@ -129,6 +129,11 @@ class AgentRun(models.Model):
     graph_version = models.CharField(max_length=64)
     release_snapshot = models.JSONField(default=dict)
     state_snapshot = models.JSONField(null=True, blank=True)
+    # What a run waiting for a person other than a tool-call approver waits for (runs.snapshot
+    # WaitState): a clarification, a plan's confirmation or its review.
+    wait_state = models.JSONField(null=True, blank=True)
+    # The last business event (a domain record) this run has applied; reconcile reads after it.
+    business_cursor = models.PositiveBigIntegerField(default=0)
     # Bumped on every change a client can see; inputs name it to refuse stale writes.
     version = models.PositiveIntegerField(default=1)
     lease_token = models.PositiveIntegerField(default=0)
@@ -162,6 +167,7 @@ class AgentRun(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="run_lease_idx"),
             models.Index(fields=["merchant", "account", "status"], name="run_account_idx"),
             models.Index(fields=["merchant", "-created_at"], name="run_merchant_recent_idx"),
+            models.Index(fields=["status", "wait_deadline_at"], name="run_wait_deadline_idx"),
         ]
 
     def __str__(self) -> str:
@@ -239,6 +245,35 @@ class ToolExecution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} {self.idempotency_key} ({self.status})"
+
+
+class RunInput(models.Model):
+    """The receipt of what resumed a waiting run: a customer's answer, or a business event.
+
+    One per (run, idempotency key) and one per (run, interrupt): a retried or concurrent
+    input finds the first one's receipt, and no wait is answered twice.
+    """
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="inputs")
+    interrupt_id = models.CharField(max_length=64)
+    idempotency_key = models.CharField(max_length=255)
+    kind = models.CharField(max_length=20)
+    payload = models.JSONField(default=dict)
+    request_hash = models.CharField(max_length=64, blank=True)
+    # The business event (approvals.BusinessEvent) that resumed the run, if one did.
+    source_event_id = models.PositiveBigIntegerField(null=True, blank=True)
+    created_by = models.CharField(max_length=160, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "idempotency_key"], name="input_key_per_run"),
+            models.UniqueConstraint(fields=["run", "interrupt_id"], name="input_per_interrupt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} for {self.interrupt_id}"
 
 
 class AgentRelease(models.Model):

@@ -10,7 +10,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q, QuerySet
 
 from agentportal.principals import Principal
-from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent
+from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput, RunStatus
+from runs.snapshot import SnapshotError, wait_parse
 
 # Domain apps describe what a waiting run waits for (approvals, inputs, plans).
 PENDING_PROVIDERS: list[Callable[[AgentRun], list[dict[str, Any]]]] = []
@@ -33,6 +34,33 @@ def run_pending(run: AgentRun) -> list[dict[str, Any]]:
     for provider in PENDING_PROVIDERS:
         pending.extend(provider(run))
     return pending
+
+
+def wait_pending(run: AgentRun) -> list[dict[str, Any]]:
+    """What a run waiting for a clarification or a plan shows in its `pending` list."""
+    if run.status not in (RunStatus.WAITING_USER, RunStatus.WAITING_APPROVAL):
+        return []
+    try:
+        wait = wait_parse(run.wait_state)
+    except SnapshotError:
+        return []
+    if wait is None:
+        return []
+    return [
+        {
+            "interrupt_id": wait.interrupt_id,
+            "kind": wait.kind,
+            "tool_name": wait.tool_name,
+            "tool_args": wait.tool_args,
+            "expires_at": run.wait_deadline_at,
+            "ticket_id": wait.ticket_id,
+            "question": wait.question,
+        }
+    ]
+
+
+def run_receipt(*, run: AgentRun, idempotency_key: str) -> RunInput | None:
+    return RunInput.objects.filter(run=run, idempotency_key=idempotency_key).first()
 
 
 class InvalidCursor(ValueError):

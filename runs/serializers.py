@@ -1,8 +1,8 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentportal.serializers import StrictCharField, StrictSerializer
-from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent
+from agentportal.serializers import StrictCharField, StrictIntegerField, StrictSerializer
+from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput
 from runs.selectors import run_pending
 
 
@@ -58,6 +58,23 @@ class RunSerializer(serializers.ModelSerializer):
 class RunPageSerializer(serializers.Serializer):
     results = RunSerializer(many=True)
     next = serializers.CharField(allow_null=True)
+
+
+class RunInputCreateSerializer(StrictSerializer):
+    interrupt_id = StrictCharField(min_length=1, max_length=64)
+    run_version = StrictIntegerField(min_value=1)
+    text = StrictCharField(min_length=1, max_length=4000, trim_whitespace=False)
+
+
+class ReceiptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunInput
+        fields = ["id", "interrupt_id", "kind", "idempotency_key", "source_event_id", "created_at"]
+
+
+class ReceiptResultSerializer(serializers.Serializer):
+    receipt = ReceiptSerializer()
+    run = RunSerializer()
 
 
 class RunEventSerializer(serializers.ModelSerializer):

@@ -49,6 +49,7 @@ from runs.models import (
     WorkerHeartbeat,
 )
 from runs.releases import DEFAULT_GRAPH_VERSION, GRAPH_RELEASES, ReleaseManifest, default_manifest
+from runs.snapshot import WaitState
 
 logger = logging.getLogger(__name__)
 
@@ -335,13 +336,7 @@ def run_finish_locked(run: AgentRun, plan: RunPlan) -> None:
 
     Call holding the run's lock (select_for_update), inside the transaction.
     """
-    now = timezone.now()
-    updated = AgentRun.objects.filter(pk=run.pk, status=run.status, version=run.version).update(
-        **plan.row_fields(now)
-    )
-    if updated != 1:
-        raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
-    plan.write_children(now)
+    _run_update_locked(run, plan, timezone.now())
 
 
 def run_lock(run_id) -> AgentRun:
@@ -715,31 +710,59 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     return run
 
 
-def run_resume_locked(
-    run: AgentRun, *, state_snapshot: dict | None, events: list[tuple[str, dict]]
-) -> None:
-    """Put a waiting run back in the queue after a person answered; its deadline restarts.
-
-    Call holding the run's lock (select_for_update), inside the transaction. Decided by a
-    conditional UPDATE on the waiting status and the version read under the lock.
-    """
-    now = timezone.now()
-    limits = run.release_snapshot["manifest"]["limits"]
-    plan = RunPlan(run)
-    plan.fields.update(
-        status=RunStatus.QUEUED,
-        state_snapshot=state_snapshot,
-        deadline_at=now + timedelta(seconds=limits["run_deadline_seconds"]),
-        wait_deadline_at=None,
-    )
-    plan.events.extend(events)
+def _run_update_locked(run: AgentRun, plan: RunPlan, now) -> None:
+    """Write a plan, decided by a conditional UPDATE on the status and version read under the
+    lock. Call holding the run's lock, inside the transaction."""
     updated = AgentRun.objects.filter(pk=run.pk, status=run.status, version=run.version).update(
         **plan.row_fields(now)
     )
     if updated != 1:
         raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
     plan.write_children(now)
+
+
+def run_resume_locked(run: AgentRun, *, events: list[tuple[str, dict]], **fields: Any) -> None:
+    """Put a waiting run back in the queue after a person answered; its deadline restarts and
+    its wait is over. `fields`: what else changes with it (the state snapshot).
+
+    Call holding the run's lock (select_for_update), inside the transaction.
+    """
+    now = timezone.now()
+    limits = run.release_snapshot["manifest"]["limits"]
+    plan = RunPlan(run)
+    plan.fields.update(
+        status=RunStatus.QUEUED,
+        deadline_at=now + timedelta(seconds=limits["run_deadline_seconds"]),
+        wait_deadline_at=None,
+        wait_state=None,
+        **fields,
+    )
+    plan.events.extend(events)
+    _run_update_locked(run, plan, now)
     tick_enqueue()
+
+
+def wait_fields(run: AgentRun, *, status: str, wait: WaitState) -> dict[str, Any]:
+    """The run's fields while it waits for a person: a fresh wait deadline for each new wait."""
+    seconds = run.release_snapshot["manifest"]["limits"]["wait_seconds"]
+    return {
+        "status": status,
+        "wait_state": wait.dump(),
+        "wait_deadline_at": timezone.now() + timedelta(seconds=seconds),
+        "lease_expires_at": None,
+    }
+
+
+def run_wait_move_locked(
+    run: AgentRun, *, status: str, wait: WaitState, events: list[tuple[str, dict]]
+) -> None:
+    """A waiting run now waits for something else (a confirmed plan for its review, a revised
+    plan for a new confirmation). Call holding the run's lock, inside the transaction."""
+    now = timezone.now()
+    plan = RunPlan(run)
+    plan.fields.update(wait_fields(run, status=status, wait=wait))
+    plan.events.extend(events)
+    _run_update_locked(run, plan, now)
 
 
 def run_snapshot_save_locked(run: AgentRun, *, state_snapshot: dict) -> None:
@@ -820,6 +843,36 @@ def deadlines_enforce() -> int:
     return failed
 
 
+WAITING_STATUSES = (RunStatus.WAITING_USER, RunStatus.WAITING_APPROVAL)
+
+
+def waits_expire() -> int:
+    """Fail runs whose clarification or plan nobody answered in time (WAIT_EXPIRED)."""
+    failed = 0
+    due = AgentRun.objects.filter(
+        status__in=WAITING_STATUSES, wait_deadline_at__lte=timezone.now()
+    ).values_list("pk", flat=True)
+    for run_id in list(due[:500]):
+        with transaction.atomic():
+            run = run_lock(run_id)
+            if run_wait_expire_locked(run):
+                failed += 1
+    return failed
+
+
+def run_wait_expire_locked(run: AgentRun) -> bool:
+    """Fail a run whose wait is past its deadline; False if it is not (or no longer) due.
+    Call holding the run's lock, inside the transaction."""
+    if (
+        run.status not in WAITING_STATUSES
+        or run.wait_deadline_at is None
+        or run.wait_deadline_at > timezone.now()
+    ):
+        return False
+    run_fail_locked(run, code=ErrorCode.WAIT_EXPIRED, detail="Nobody answered the run in time.")
+    return True
+
+
 def ticks_for_queued() -> int:
     """Enqueue ticks for queued runs, never more than the free capacity (or the workers)."""
     now = timezone.now()
@@ -847,6 +900,7 @@ def maintain() -> dict[str, int]:
     sweeps: list[tuple[str, Callable[[], int]]] = [
         ("requeued", leases_expired_requeue),
         ("deadlines", deadlines_enforce),
+        ("waits_expired", waits_expire),
         *((getattr(hook, "__name__", "hook"), hook) for hook in MAINTENANCE_HOOKS),
         ("ticks", ticks_for_queued),
     ]

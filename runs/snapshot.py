@@ -1,5 +1,7 @@
-"""state_snapshot v2: the strict, versioned record of a run's pending tool call (DESIGN 6.1)."""
+"""The typed state of a waiting run: state_snapshot v2, the strict, versioned record of its
+pending tool call (DESIGN 6.1), and the wait state of a clarification or a plan (6.2, 6.3)."""
 
+import hashlib
 import json
 from typing import Any, Literal
 
@@ -88,3 +90,41 @@ def snapshot_parse(data: Any) -> StateSnapshot:
         return StateSnapshot.model_validate_json(json.dumps(data))
     except (ValidationError, TypeError, ValueError) as error:
         raise SnapshotError(str(error)) from error
+
+
+def interrupt_id_for(key: str, *parts: str) -> str:
+    """The id of a wait, derived from its tool call's key (and what it waits for), so that a
+    replayed step finds the same wait."""
+    return "int-" + hashlib.sha256(":".join((key, *parts)).encode()).hexdigest()[:16]
+
+
+class WaitKind:
+    CLARIFICATION = "clarification"
+    CONFIRMATION = "confirmation"
+    PLAN_REVIEW = "plan_review"
+
+
+class WaitState(_Strict):
+    """What a run waiting for a customer's answer or for a plan's decisions waits for."""
+
+    interrupt_id: str
+    kind: Literal["clarification", "confirmation", "plan_review"]
+    tool_name: str
+    tool_key: str
+    tool_args: dict[str, Any]
+    question: str | None = None
+    ticket_id: str | None = None
+    proposal_version: int | None = None
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def wait_parse(data: Any) -> WaitState | None:
+    """The run's wait state, or None when it has none; SnapshotError when it is malformed."""
+    if data is None:
+        return None
+    try:
+        return WaitState.model_validate_json(json.dumps(data))
+    except (ValidationError, TypeError, ValueError) as error:
+        raise SnapshotError(f"wait state: {error}") from error

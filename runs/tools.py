@@ -62,7 +62,8 @@ class Tool:
     description: str
     args_model: type[BaseModel]
     policy: str
-    executor: Callable[[BaseModel, ToolContext], dict[str, Any]]
+    # None for tools whose handler does the work (a clarification, a plan).
+    executor: Callable[[BaseModel, ToolContext], dict[str, Any]] | None = None
     # Blocking tools run in a thread while the worker polls for cancellation.
     blocking: bool = False
 
@@ -92,11 +93,20 @@ def tool_register(tool: Tool) -> None:
 
 
 def tools_declared(release_snapshot: dict) -> dict[str, Tool]:
-    """The tools a run may see and execute: those its release declares that the code has."""
+    """The tools a run may see and execute: those its release declares that the code has, and
+    that its graph version has the node for (clarifications, follow-ups)."""
+    from runs.releases import GRAPH_RELEASES
+
+    graph = GRAPH_RELEASES.get(release_snapshot.get("graph_version", ""))
+    switched_off = set()
+    if graph is not None and not graph.clarification:
+        switched_off.add(Policy.CLARIFICATION)
+    if graph is not None and not graph.followup:
+        switched_off.add(Policy.FOLLOWUP)
     declared = {}
     for entry in release_snapshot.get("manifest", {}).get("tools", []):
         tool = TOOLS.get(entry["name"])
-        if tool is not None:
+        if tool is not None and tool.policy not in switched_off:
             policy = entry.get("policy") or tool.policy
             if tool.policy != Policy.AUTO:
                 policy = tool.policy  # a person's decision is never configured away

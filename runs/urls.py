@@ -8,6 +8,12 @@ urlpatterns = [
     path("runs/<uuid:run_id>/events", api.RunEventsView.as_view(), name="run-events"),
     path("runs/<uuid:run_id>/events/stream", api.RunEventStreamView.as_view(), name="run-stream"),
     path("runs/<uuid:run_id>/cancel", api.RunCancelView.as_view(), name="run-cancel"),
+    path("runs/<uuid:run_id>/inputs", api.RunInputsView.as_view(), name="run-inputs"),
+    path(
+        "runs/<uuid:run_id>/receipts/<path:idempotency_key>",
+        api.RunReceiptView.as_view(),
+        name="run-receipt",
+    ),
     path("conversations", api.ConversationsView.as_view(), name="conversations"),
     path(
         "conversations/<uuid:conversation_id>",

@@ -117,6 +117,8 @@ def run_step(lease: Lease) -> AgentRun:
         return _model_step(run, lease)
     if run.next_node == Node.TOOLS:
         return _tools_step(run, lease)
+    if run.next_node == Node.FOLLOWUP:
+        return _tools_step(run, lease, followup_node=True)
     raise LostRun(f"run {run.pk} has no node to execute at {run.next_node}")
 
 
@@ -245,10 +247,11 @@ def _tool_message(call_id: str, result: dict[str, Any]) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)}
 
 
-def _tools_step(run: AgentRun, lease: Lease) -> AgentRun:
+def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> AgentRun:
     """Run the last model turn's tool calls, committing each result with its key.
 
-    A call whose key already has a result is never run again: its result is reused.
+    A call whose key already has a result is never run again: its result is reused. The
+    followup node is this same step for a turn whose only call is a follow-up request.
     """
     calls = run.messages[-1].get("tool_calls") or []
     limit = run.release_snapshot["manifest"]["limits"]["max_tool_calls_per_turn"]
@@ -265,7 +268,18 @@ def _tools_step(run: AgentRun, lease: Lease) -> AgentRun:
         last = all(k in done for k in keys[index + 1 :])
         name = call["function"]["name"]
         tool = declared.get(name)
-        outcome = _tool_outcome(run, lease, tool, name, call, key, index, limit)
+        outcome = _tool_outcome(
+            run,
+            lease,
+            tool,
+            name,
+            call,
+            key,
+            index,
+            limit,
+            alone=len(calls) == 1,
+            followup_node=followup_node,
+        )
         if isinstance(outcome, StepCommit):
             return services.run_step_commit(lease=lease, commit=outcome)
         execution = ToolExecution(
@@ -295,7 +309,7 @@ def _tools_step(run: AgentRun, lease: Lease) -> AgentRun:
         run = services.run_step_commit(lease=lease, commit=commit)
         if run.status != RunStatus.RUNNING:
             return run
-    if run.next_node == Node.TOOLS and all(key in done for key in keys):
+    if run.next_node in (Node.TOOLS, Node.FOLLOWUP) and all(key in done for key in keys):
         # Every result was already committed (a crash after the last one): just move on.
         commit = StepCommit(next_node=Node.MODEL)
         _finish_turn(commit, calls, keys, done)
@@ -320,8 +334,12 @@ def _tool_outcome(
     key: str,
     index: int,
     limit: int,
-) -> StepCommit | tuple[str, dict, dict]:
-    """Either a StepCommit (the run pauses or fails) or what the call came to."""
+    *,
+    alone: bool,
+    followup_node: bool,
+) -> StepCommit | ToolOutcome:
+    """Either a StepCommit (the run pauses, fails or moves to the followup node) or what the
+    call came to."""
     raw_arguments = call["function"].get("arguments") or "{}"
     try:
         arguments = json.loads(raw_arguments)
@@ -347,7 +365,16 @@ def _tool_outcome(
         return ToolOutcome(
             ToolStatus.FAILED, arguments, {"error": "invalid arguments", "errors": problems}
         )
-    if tool.policy != Policy.AUTO:
+    if tool.policy == Policy.FOLLOWUP and not followup_node:
+        if not alone:
+            return ToolOutcome(
+                ToolStatus.FAILED,
+                arguments,
+                {"error": f"{name} must be the only tool call in its turn"},
+            )
+        # The followup node executes it: commit the hand-over first.
+        return StepCommit(next_node=Node.FOLLOWUP, advance_step=False)
+    if tool.policy not in (Policy.AUTO, Policy.FOLLOWUP):
         handler = INTERRUPT_HANDLERS.get(tool.policy)
         if handler is None:
             return ToolOutcome(

@@ -1,0 +1,564 @@
+"""Exchange plans (DESIGN 6.3): the agent proposes, the customer confirms, a supervisor
+reviews, and the same run resumes exactly once.
+
+Two halves that meet only through BusinessEvent rows:
+- the ticket commands (confirm, revise, decide) commit the business record and an event, one
+  transaction each, and enqueue `reconcile(run_id)` on commit;
+- `plan_reconcile` applies a run's events after its cursor, in order, under the run's lock.
+
+Lock order: Conversation -> AgentRun -> Ticket.
+"""
+
+import logging
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from agentportal.principals import Principal
+from agentportal.problems import Problem
+from approvals import selectors
+from approvals.models import (
+    TICKET_OPEN_STATUSES,
+    BusinessEvent,
+    BusinessEventKind,
+    Confirmation,
+    Order,
+    PlanDecision,
+    PlanReview,
+    Proposal,
+    Ticket,
+    TicketStatus,
+)
+from approvals.services import decider_still_allowed
+from approvals.tools import ExchangeItem, exchange_items_problem
+from runs import services as run_services
+from runs.inputs import wait_pause
+from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolStatus
+from runs.releases import GRAPH_RELEASES
+from runs.services import WAITING_STATUSES, Lease, StepCommit
+from runs.snapshot import SnapshotError, WaitKind, WaitState, interrupt_id_for, wait_parse
+from runs.tools import Tool
+from runs.worker import ToolOutcome
+
+logger = logging.getLogger(__name__)
+
+FINAL_STATUSES = (TicketStatus.APPROVED, TicketStatus.REJECTED, TicketStatus.CANCELLED)
+
+
+def proposal_summary(items: list[dict[str, Any]]) -> str:
+    return "; ".join(
+        f"exchange {item['quantity']} x {item['sku']} for {item['new_sku']}" for item in items
+    )
+
+
+# --- the worker's side ----------------------------------------------------------------------
+
+
+def plan_wait(ticket: Ticket, *, tool_name: str, tool_args: dict) -> tuple[str, WaitState]:
+    """The run's status and wait while its ticket is open: each proposal version and each
+    stage has its own interrupt id, so an answer to an older one never counts."""
+    key = ticket.tool_execution_key
+    stage, status, kind = {
+        TicketStatus.WAITING_CONFIRMATION: (
+            "confirmation",
+            RunStatus.WAITING_USER,
+            WaitKind.CONFIRMATION,
+        ),
+        TicketStatus.NEEDS_REVISION: ("revision", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
+        TicketStatus.WAITING_REVIEW: ("review", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
+    }[ticket.status]
+    return status, WaitState(
+        interrupt_id=interrupt_id_for(key, f"v{ticket.version}", stage),
+        kind=kind,
+        tool_name=tool_name,
+        tool_key=key,
+        tool_args=tool_args,
+        ticket_id=str(ticket.pk),
+        proposal_version=ticket.version,
+    )
+
+
+def plan_result(ticket: Ticket) -> dict[str, Any]:
+    """What the model is told about a plan."""
+    proposal = ticket.proposals.get(version=ticket.version)
+    review = ticket.reviews.filter(proposal_version=ticket.version).first()
+    status = {
+        TicketStatus.APPROVED: "approved",
+        TicketStatus.REJECTED: "rejected",
+        TicketStatus.CANCELLED: "cancelled",
+    }.get(ticket.status, "proposed")
+    return {
+        "status": status,
+        "ticket_id": str(ticket.pk),
+        "proposal_version": ticket.version,
+        "items": proposal.items,
+        "summary": proposal.summary,
+        "note": review.note if review else None,
+    }
+
+
+def _ticket_insert(
+    *, run: AgentRun, order: Order, key: str, items: list, ticket_id=None
+) -> tuple[Ticket, BusinessEvent]:
+    """A ticket, its first proposal and the `proposed` event. Call inside a transaction."""
+    ticket = Ticket.objects.create(
+        id=ticket_id or uuid.uuid4(),
+        merchant_id=run.merchant_id,
+        run_id=run.pk,
+        customer_id=run.account_id,
+        order=order,
+        tool_execution_key=key,
+    )
+    Proposal.objects.create(ticket=ticket, version=1, items=items, summary=proposal_summary(items))
+    event = BusinessEvent.objects.create(
+        merchant_id=run.merchant_id,
+        ticket=ticket,
+        run_id=run.pk,
+        kind=BusinessEventKind.PROPOSED,
+        proposal_version=1,
+        actor="agent",
+        data={"items": items},
+    )
+    return ticket, event
+
+
+def plan_interrupt(
+    *, run: AgentRun, lease: Lease, tool: Tool, args: BaseModel, key: str
+) -> StepCommit | ToolOutcome:
+    """The handler of the `business_wait` policy: propose a plan and wait, or report how it
+    ended. Idempotent by the call's key: a replayed step finds its ticket, never a second."""
+    arguments = args.model_dump(mode="json")
+    ticket = Ticket.objects.filter(tool_execution_key=key).first()
+    waits = GRAPH_RELEASES[run.graph_version].business_wait
+    if ticket is None:
+        order = selectors.order_for_customer(
+            merchant_id=run.merchant_id, customer_id=run.account_id, number=arguments["order_id"]
+        )
+        if order is None:
+            error = f"there is no order {arguments['order_id']} for this customer"
+        else:
+            error = exchange_items_problem(order, arguments["items"])
+        if error:
+            return ToolOutcome(ToolStatus.FAILED, arguments, {"error": error})
+        if not waits:
+            ticket = _ticket_create_once(run=run, order=order, key=key, items=arguments["items"])
+            return ToolOutcome(ToolStatus.SUCCEEDED, arguments, plan_result(ticket))
+        return _pause_for_new_plan(run=run, tool=tool, order=order, key=key, arguments=arguments)
+    if ticket.status in FINAL_STATUSES or not waits:
+        return ToolOutcome(ToolStatus.SUCCEEDED, arguments, plan_result(ticket))
+    # Re-queued while its plan is still open (an operator's hand): wait for it again.
+    status, wait = plan_wait(ticket, tool_name=tool.name, tool_args=arguments)
+    return wait_pause(run, status=status, wait=wait, events=[])
+
+
+def _ticket_create_once(*, run: AgentRun, order: Order, key: str, items: list) -> Ticket:
+    """A graph without business waits creates the ticket on its own, like any executor:
+    in its own transaction, idempotent by the key."""
+    try:
+        with transaction.atomic():
+            ticket, _ = _ticket_insert(run=run, order=order, key=key, items=items)
+    except IntegrityError:
+        ticket = Ticket.objects.get(tool_execution_key=key)
+    return ticket
+
+
+def _pause_for_new_plan(
+    *, run: AgentRun, tool: Tool, order: Order, key: str, arguments: dict
+) -> StepCommit:
+    ticket = Ticket(
+        id=uuid.uuid4(), tool_execution_key=key, status=TicketStatus.WAITING_CONFIRMATION
+    )
+    status, wait = plan_wait(ticket, tool_name=tool.name, tool_args=arguments)
+    items = arguments["items"]
+
+    def record(locked_run: AgentRun) -> None:
+        # In the transaction that pauses the run: the ticket exists exactly when it waits.
+        _, event = _ticket_insert(
+            run=locked_run, order=order, key=key, items=items, ticket_id=ticket.pk
+        )
+        AgentRun.objects.filter(pk=locked_run.pk).update(business_cursor=event.pk)
+        locked_run.business_cursor = event.pk
+
+    return wait_pause(
+        run,
+        status=status,
+        wait=wait,
+        events=[
+            (
+                "plan.proposed",
+                {
+                    "ticket_id": str(ticket.pk),
+                    "proposal_version": 1,
+                    "items": items,
+                    "summary": proposal_summary(items),
+                    "interrupt_id": wait.interrupt_id,
+                },
+            )
+        ],
+        on_locked=record,
+    )
+
+
+def plans_on_run_finish(run: AgentRun, previous_status: str) -> None:
+    """A run that ends while it waits on a plan cancels the plan. Called by the runtime
+    holding the run's lock."""
+    if previous_status in WAITING_STATUSES and run.wait_state:
+        Ticket.objects.filter(run_id=run.pk, status__in=TICKET_OPEN_STATUSES).update(
+            status=TicketStatus.CANCELLED, updated_at=timezone.now()
+        )
+
+
+# --- ticket commands --------------------------------------------------------------------------
+
+
+def reconcile_enqueue(run_id) -> None:
+    from django_q.tasks import async_task
+
+    async_task("approvals.tasks.reconcile", str(run_id))
+
+
+def _ticket_command(
+    *,
+    ticket: Ticket,
+    principal: Principal,
+    proposal_version: int,
+    allowed: tuple[str, ...],
+    status: str,
+    kind: str,
+    data: dict[str, Any],
+    new_version: bool = False,
+    record: Callable[[Ticket, int], None] | None = None,
+) -> Ticket:
+    """One command on a ticket: check the version and the state under the ticket's lock,
+    move it by a conditional UPDATE, write its record and its BusinessEvent, and on commit
+    have the run reconcile."""
+    with transaction.atomic():
+        locked = Ticket.objects.select_for_update().get(pk=ticket.pk)
+        if locked.version != proposal_version:
+            raise Problem(
+                409,
+                "version_conflict",
+                f"The plan is at version {locked.version}, not {proposal_version}.",
+                proposal_version=locked.version,
+            )
+        if locked.status not in allowed:
+            raise Problem(
+                409,
+                "invalid_transition",
+                f"The plan is {locked.status}; that is not possible now.",
+                ticket_status=locked.status,
+            )
+        version = locked.version + 1 if new_version else locked.version
+        moved = Ticket.objects.filter(
+            pk=locked.pk, status=locked.status, version=locked.version
+        ).update(status=status, version=version, updated_at=timezone.now())
+        if moved != 1:
+            raise transaction.TransactionManagementError("ticket changed under its lock")
+        if record is not None:
+            record(locked, version)
+        BusinessEvent.objects.create(
+            merchant_id=locked.merchant_id,
+            ticket=locked,
+            run_id=locked.run_id,
+            kind=kind,
+            proposal_version=version,
+            actor=principal.name,
+            actor_user=principal.user,
+            actor_key=principal.api_key if principal.user is None else None,
+            data=data,
+        )
+        transaction.on_commit(partial(reconcile_enqueue, locked.run_id), robust=True)
+    locked.refresh_from_db()
+    return locked
+
+
+def ticket_owner_check(ticket: Ticket, principal: Principal, action: str) -> None:
+    if not principal.is_customer or principal.user.pk != ticket.customer_id:
+        raise Problem(403, "permission_denied", f"Only the plan's customer may {action} it.")
+
+
+def plan_supervisor_check(principal: Principal, action: str) -> None:
+    if not (principal.can_supervise or principal.is_service):
+        raise Problem(403, "permission_denied", f"Only supervisors {action} plans.")
+
+
+def ticket_confirm(*, ticket: Ticket, principal: Principal, proposal_version: int) -> Ticket:
+    """The customer says yes to the current proposal: it now waits for a supervisor."""
+    ticket_owner_check(ticket, principal, "confirm")
+
+    def record(locked: Ticket, version: int) -> None:
+        Confirmation.objects.create(
+            ticket=locked, proposal_version=version, customer=principal.user
+        )
+
+    return _ticket_command(
+        ticket=ticket,
+        principal=principal,
+        proposal_version=proposal_version,
+        allowed=(TicketStatus.WAITING_CONFIRMATION,),
+        status=TicketStatus.WAITING_REVIEW,
+        kind=BusinessEventKind.CONFIRMED,
+        data={},
+        record=record,
+    )
+
+
+def exchange_items_validate(*, order: Order, items: Any) -> list[dict[str, Any]]:
+    """A supervisor's edited items, checked like the tool's own arguments; 400 otherwise."""
+    try:
+        parsed = TypeAdapter(list[ExchangeItem]).validate_python(items)
+    except ValidationError as error:
+        raise Problem(
+            400,
+            "validation_error",
+            "The items are not a valid exchange.",
+            errors=[
+                {"field": ".".join(["items", *(str(p) for p in e["loc"])]), "message": e["msg"]}
+                for e in error.errors()
+            ],
+        ) from error
+    cleaned = [item.model_dump(mode="json") for item in parsed]
+    problem = "at least one item" if not cleaned else exchange_items_problem(order, cleaned)
+    if problem:
+        raise Problem(
+            400, "validation_error", problem, errors=[{"field": "items", "message": problem}]
+        )
+    return cleaned
+
+
+def ticket_revise(
+    *, ticket: Ticket, principal: Principal, proposal_version: int, note: str, items=None
+) -> Ticket:
+    """The customer asks for changes (NEEDS_REVISION), or a supervisor proposes a new version
+    with edited items, which the customer must confirm again."""
+    if principal.is_customer:
+        ticket_owner_check(ticket, principal, "ask for changes to")
+        if items is not None:
+            raise Problem(
+                400,
+                "validation_error",
+                "A customer asks for changes in the note; a supervisor edits the items.",
+                errors=[{"field": "items", "message": "only a supervisor edits the items"}],
+            )
+        return _ticket_command(
+            ticket=ticket,
+            principal=principal,
+            proposal_version=proposal_version,
+            allowed=(TicketStatus.WAITING_CONFIRMATION,),
+            status=TicketStatus.NEEDS_REVISION,
+            kind=BusinessEventKind.CHANGES_REQUESTED,
+            data={"note": note},
+        )
+    plan_supervisor_check(principal, "revise")
+    if items is None:
+        raise Problem(
+            400,
+            "validation_error",
+            "A revision by a supervisor names the new items.",
+            errors=[{"field": "items", "message": "This field is required."}],
+        )
+    cleaned = exchange_items_validate(order=ticket.order, items=items)
+
+    def record(locked: Ticket, version: int) -> None:
+        Proposal.objects.create(
+            ticket=locked,
+            version=version,
+            items=cleaned,
+            summary=proposal_summary(cleaned),
+            note=note,
+            created_by=principal.user,
+        )
+
+    return _ticket_command(
+        ticket=ticket,
+        principal=principal,
+        proposal_version=proposal_version,
+        allowed=TICKET_OPEN_STATUSES,
+        status=TicketStatus.WAITING_CONFIRMATION,
+        kind=BusinessEventKind.REVISED,
+        data={"items": cleaned, "note": note},
+        new_version=True,
+        record=record,
+    )
+
+
+def ticket_decide(
+    *, ticket: Ticket, principal: Principal, proposal_version: int, decision: str, note: str
+) -> Ticket:
+    """A supervisor approves or rejects the confirmed proposal."""
+    plan_supervisor_check(principal, "decide")
+    if decision not in PlanDecision.values:
+        raise Problem(
+            400,
+            "validation_error",
+            "Unknown decision.",
+            errors=[{"field": "decision", "message": "approve or reject"}],
+        )
+    if decision == "reject" and not note.strip():
+        raise Problem(
+            400,
+            "validation_error",
+            "A rejection needs a note; the agent tells the customer.",
+            errors=[{"field": "note", "message": "required to reject"}],
+        )
+
+    def record(locked: Ticket, version: int) -> None:
+        PlanReview.objects.create(
+            ticket=locked,
+            proposal_version=version,
+            decision=decision,
+            note=note,
+            reviewer=principal.user,
+            reviewer_key=principal.api_key if principal.user is None else None,
+        )
+
+    approve = decision == PlanDecision.APPROVE
+    return _ticket_command(
+        ticket=ticket,
+        principal=principal,
+        proposal_version=proposal_version,
+        allowed=(TicketStatus.WAITING_REVIEW,),
+        status=TicketStatus.APPROVED if approve else TicketStatus.REJECTED,
+        kind=BusinessEventKind.APPROVED if approve else BusinessEventKind.REJECTED,
+        data={"note": note},
+        record=record,
+    )
+
+
+# --- reconciling a run with its plan ----------------------------------------------------------
+
+
+def plan_reconcile(*, run_id) -> int:
+    """Apply the business events after the run's cursor, in order; return how many.
+
+    Safe to run any number of times, at once too: the cursor and the receipts (one per event
+    and one per wait) decide, under the run's lock. A run with nothing new costs two reads and
+    takes no write lock.
+    """
+    cursor = AgentRun.objects.filter(pk=run_id).values_list("business_cursor", flat=True).first()
+    if cursor is None or not BusinessEvent.objects.filter(run_id=run_id, pk__gt=cursor).exists():
+        return 0
+    with transaction.atomic():
+        run = run_services.run_lock(run_id)
+        events = list(
+            BusinessEvent.objects.filter(run_id=run_id, pk__gt=run.business_cursor)
+            .select_related("actor_user")
+            .order_by("pk")
+        )
+        for event in events:
+            _event_apply(run, event)
+        if events:
+            AgentRun.objects.filter(pk=run_id).update(business_cursor=events[-1].pk)
+    return len(events)
+
+
+def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
+    """Apply one event to the run, if the run still waits for it. Call holding the run's lock."""
+    try:
+        wait = wait_parse(run.wait_state)
+    except SnapshotError:
+        logger.error("run %s has an invalid wait state; left for an operator", run.pk)
+        return
+    if run.status not in WAITING_STATUSES or wait is None or wait.ticket_id != str(event.ticket_id):
+        return  # the run no longer waits on this plan (cancelled, expired, taken over)
+    details = {
+        "ticket_id": str(event.ticket_id),
+        "proposal_version": event.proposal_version,
+        "by": event.actor,
+        "business_event_id": event.pk,
+    }
+    ticket = Ticket(
+        pk=event.ticket_id,
+        tool_execution_key=wait.tool_key,
+        version=event.proposal_version,
+    )
+    if event.kind in (BusinessEventKind.CONFIRMED, BusinessEventKind.CHANGES_REQUESTED):
+        ticket.status = TicketStatus.WAITING_CONFIRMATION
+        if wait.interrupt_id != _wait_id(ticket):
+            return
+        _receipt(run, wait, event)
+        if event.kind == BusinessEventKind.CONFIRMED:
+            ticket.status, name = TicketStatus.WAITING_REVIEW, "plan.confirmed"
+        else:
+            ticket.status, name = TicketStatus.NEEDS_REVISION, "plan.changes_requested"
+            details["note"] = event.data.get("note", "")
+        _wait_move(run, wait, ticket, (name, details))
+    elif event.kind == BusinessEventKind.REVISED:
+        if wait.proposal_version != event.proposal_version - 1:
+            return
+        _receipt(run, wait, event)
+        ticket.status = TicketStatus.WAITING_CONFIRMATION
+        details["items"] = event.data.get("items", [])
+        _wait_move(run, wait, ticket, ("plan.proposed", details))
+    elif event.kind in (BusinessEventKind.APPROVED, BusinessEventKind.REJECTED):
+        ticket.status = TicketStatus.WAITING_REVIEW
+        if wait.interrupt_id != _wait_id(ticket):
+            return
+        _review_apply(run, wait, event, details)
+
+
+def _wait_id(ticket: Ticket) -> str:
+    return plan_wait(ticket, tool_name="", tool_args={})[1].interrupt_id
+
+
+def _wait_move(run: AgentRun, wait: WaitState, ticket: Ticket, event: tuple[str, dict]) -> None:
+    status, moved = plan_wait(ticket, tool_name=wait.tool_name, tool_args=wait.tool_args)
+    event[1]["interrupt_id"] = moved.interrupt_id
+    run_services.run_wait_move_locked(run, status=status, wait=moved, events=[event])
+
+
+def _review_apply(run: AgentRun, wait: WaitState, event: BusinessEvent, details: dict) -> None:
+    confirmed = Confirmation.objects.filter(
+        ticket_id=event.ticket_id, proposal_version=event.proposal_version
+    ).exists()
+    if not confirmed:
+        logger.error("run %s: review of an unconfirmed plan version; ignored", run.pk)
+        return
+    if not decider_still_allowed(
+        merchant=run.merchant, user=event.actor_user, api_key_id=event.actor_key_id
+    ):
+        run_services.run_fail_locked(
+            run,
+            code=ErrorCode.APPROVER_REVOKED,
+            detail=f"{event.actor} no longer holds a deciding role.",
+        )
+        return
+    _receipt(run, wait, event)
+    name = "plan.approved" if event.kind == BusinessEventKind.APPROVED else "plan.rejected"
+    details["note"] = event.data.get("note", "")
+    run_services.run_resume_locked(run, events=[(name, details)])
+
+
+def _receipt(run: AgentRun, wait: WaitState, event: BusinessEvent) -> RunInput:
+    """The receipt of the event that answered a wait. Call holding the run's lock."""
+    return RunInput.objects.create(
+        run=run,
+        interrupt_id=wait.interrupt_id,
+        idempotency_key=f"business-event:{event.pk}",
+        kind=wait.kind,
+        payload={"event": event.kind, "proposal_version": event.proposal_version},
+        source_event_id=event.pk,
+        created_by=event.actor,
+    )
+
+
+def plans_reconcile_due() -> int:
+    """`maintain`'s sweep: waiting runs with business events their reconcile task missed."""
+    due = (
+        AgentRun.objects.filter(status__in=WAITING_STATUSES)
+        .filter(
+            Exists(
+                BusinessEvent.objects.filter(
+                    run_id=OuterRef("pk"), pk__gt=OuterRef("business_cursor")
+                )
+            )
+        )
+        .values_list("pk", flat=True)
+    )
+    return sum(plan_reconcile(run_id=run_id) for run_id in list(due[:500]))

@@ -1,0 +1,178 @@
+"""Waiting for a customer's answer (DESIGN 6.2): pausing a run for a clarification, and the
+input that resumes it, with its receipt. Every write opens its transaction here.
+
+Lock order: Conversation -> AgentRun (run_lock); nothing else is locked.
+"""
+
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from pydantic import BaseModel
+
+from agentportal.problems import Problem
+from runs import services
+from runs.models import AgentRun, ErrorCode, Node, RunInput, RunStatus, ToolStatus
+from runs.services import Lease, StepCommit
+from runs.snapshot import SnapshotError, WaitKind, WaitState, interrupt_id_for, wait_parse
+from runs.tools import Tool
+from runs.worker import ToolOutcome
+
+
+def wait_pause(
+    run: AgentRun,
+    *,
+    status: str,
+    wait: WaitState,
+    events: list[tuple[str, dict]],
+    on_locked=None,
+) -> StepCommit:
+    """The step commit that pauses a run at its tools node until a person answers."""
+    return StepCommit(
+        next_node=Node.TOOLS,
+        advance_step=False,
+        run_fields=services.wait_fields(run, status=status, wait=wait),
+        events=events,
+        on_locked=on_locked,
+    )
+
+
+def clarification_interrupt(
+    *, run: AgentRun, lease: Lease, tool: Tool, args: BaseModel, key: str
+) -> StepCommit | ToolOutcome:
+    """The runtime's handler for the `clarification` policy: ask, or use the answer."""
+    arguments = args.model_dump(mode="json")
+    interrupt_id = interrupt_id_for(key)
+    answer = RunInput.objects.filter(run_id=run.pk, interrupt_id=interrupt_id).first()
+    if answer is not None:
+        return ToolOutcome(ToolStatus.SUCCEEDED, arguments, {"answer": answer.payload["text"]})
+    question = str(arguments.get("question", ""))
+    wait = WaitState(
+        interrupt_id=interrupt_id,
+        kind=WaitKind.CLARIFICATION,
+        tool_name=tool.name,
+        tool_key=key,
+        tool_args=arguments,
+        question=question,
+    )
+    return wait_pause(
+        run,
+        status=RunStatus.WAITING_USER,
+        wait=wait,
+        events=[("input.requested", {"interrupt_id": interrupt_id, "question": question})],
+    )
+
+
+@dataclass(frozen=True)
+class InputRequest:
+    interrupt_id: str
+    run_version: int
+    text: str
+    idempotency_key: str
+
+    def payload_hash(self) -> str:
+        return services.request_hash(
+            {"interrupt_id": self.interrupt_id, "run_version": self.run_version, "text": self.text}
+        )
+
+
+def _receipt_replay(run_id, request: InputRequest) -> RunInput | None:
+    receipt = RunInput.objects.filter(
+        run_id=run_id, idempotency_key=request.idempotency_key
+    ).first()
+    if receipt is not None and receipt.request_hash != request.payload_hash():
+        raise Problem(
+            422, "idempotency_key_reused", "This Idempotency-Key was used for another input."
+        )
+    return receipt
+
+
+def run_input_accept(
+    *, run: AgentRun, request: InputRequest, author: str
+) -> tuple[RunInput, AgentRun, bool]:
+    """Answer a run's clarification; return the receipt, the run and whether it was created.
+
+    The receipt and the re-queue commit together. A retry with the same key gets the same
+    receipt; of concurrent inputs for one wait, one resumes the run.
+    """
+    receipt = _receipt_replay(run.pk, request)
+    if receipt is not None:
+        return receipt, run, False
+    expired = False
+    try:
+        with transaction.atomic():
+            locked = services.run_lock(run.pk)
+            receipt = _receipt_replay(run.pk, request)
+            if receipt is not None:
+                return receipt, locked, False
+            wait = _wait_answerable(locked, request)
+            if services.run_wait_expire_locked(locked):
+                expired = True
+            else:
+                receipt = RunInput.objects.create(
+                    run=locked,
+                    interrupt_id=wait.interrupt_id,
+                    idempotency_key=request.idempotency_key,
+                    kind=wait.kind,
+                    payload={"text": request.text},
+                    request_hash=request.payload_hash(),
+                    created_by=author,
+                )
+                services.run_resume_locked(
+                    locked,
+                    events=[
+                        (
+                            "input.received",
+                            {
+                                "interrupt_id": wait.interrupt_id,
+                                "receipt_id": receipt.pk,
+                                "kind": wait.kind,
+                                "author": author,
+                            },
+                        )
+                    ],
+                )
+    except IntegrityError:
+        # A concurrent input with the same key (or for the same wait) committed first.
+        receipt = _receipt_replay(run.pk, request)
+        if receipt is None:
+            raise Problem(409, "not_waiting", "Another input answered this wait first.") from None
+        return receipt, AgentRun.objects.get(pk=run.pk), False
+    if expired:
+        # Committed above: the run failed with WAIT_EXPIRED; only now refuse.
+        raise Problem(410, "interrupt_expired", "The wait expired before this input arrived.")
+    return receipt, locked, True
+
+
+def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
+    """The run's clarification wait, if this input may answer it; a problem otherwise.
+    Call holding the run's lock."""
+    try:
+        wait = wait_parse(run.wait_state)
+    except SnapshotError as error:
+        raise Problem(
+            422, "snapshot_invalid", f"The run's wait state is unusable: {error}"
+        ) from None
+    expired = run.status == RunStatus.FAILED and run.error_code == ErrorCode.WAIT_EXPIRED
+    if expired and wait is not None and wait.interrupt_id == request.interrupt_id:
+        raise Problem(410, "interrupt_expired", "Nobody answered in time; the run has ended.")
+    if run.is_finished:
+        raise Problem(409, "run_finished", f"The run has ended ({run.status}).")
+    if run.status != RunStatus.WAITING_USER or wait is None:
+        raise Problem(409, "not_waiting", "The run is not waiting for an input.")
+    if wait.kind != WaitKind.CLARIFICATION:
+        raise Problem(
+            409,
+            "not_waiting",
+            "The run waits for a plan's confirmation: confirm or revise its ticket instead.",
+            ticket_id=wait.ticket_id,
+        )
+    if wait.interrupt_id != request.interrupt_id:
+        raise Problem(409, "interrupt_mismatch", "That is not what this run is waiting for.")
+    if run.version != request.run_version:
+        raise Problem(
+            409,
+            "version_conflict",
+            f"The run is at version {run.version}, not {request.run_version}.",
+            run_version=run.version,
+        )
+    return wait

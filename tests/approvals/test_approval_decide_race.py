@@ -6,7 +6,6 @@ thread works on its own database connection and closes it at its end; the same t
 SQLite (IMMEDIATE transactions, no row locks) and on PostgreSQL (row locks).
 """
 
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -27,6 +25,7 @@ from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus, ToolExecution
 from runs.snapshot import snapshot_parse
 from tests import factories
+from tests.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,33 +33,6 @@ REFUND = "I want a refund for ORD-1003 amount 20"
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def in_threads(targets: list[Callable[[], Any]]) -> list[Any]:
-    """Run every target in its own thread, released together by a barrier; each thread
-    closes its own connection. Re-raises the first error."""
-    barrier = threading.Barrier(len(targets))
-    results: list[Any] = [None] * len(targets)
-    errors: list[BaseException] = []
-
-    def body(index: int) -> None:
-        try:
-            barrier.wait(timeout=20)
-            results[index] = targets[index]()
-        except BaseException as error:
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(targets))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=90)
-    assert not any(thread.is_alive() for thread in threads), "a thread hung"
-    if errors:
-        raise errors[0]
-    return results
 
 
 def refund_run_waiting() -> tuple[AgentRun, Approval]:

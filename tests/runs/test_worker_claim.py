@@ -4,6 +4,7 @@ Every thread works on its own database connection and closes it at its end; the 
 run on SQLite (IMMEDIATE transactions, no row locks) and on PostgreSQL (row locks).
 """
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from runs.models import (
 from runs.releases import DEFAULT_GRAPH_VERSION, Limits, ReleaseManifest, ToolDeclaration
 from runs.services import LostRun, StepCommit
 from runs.tools import TOOLS
-from tests import factories
+from tests import factories, threads
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,28 +60,7 @@ def stock_latency(settings):
 
 def in_threads(target: Callable[[int], T], count: int) -> list[T]:
     """Run target(i) in `count` threads released together; re-raise the first error."""
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-
-    def body(index: int) -> None:
-        try:
-            barrier.wait(timeout=10)
-            results[index] = target(index)
-        except BaseException as error:
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads), "a worker thread hung"
-    if errors:
-        raise errors[0]
-    return results
+    return threads.in_threads([functools.partial(target, index) for index in range(count)])
 
 
 class Background:

@@ -9,10 +9,25 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
+from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin, supervises_any
 from agentportal.problems import Problem
-from approvals import services
-from approvals.models import Approval, ApprovalStatus, Decision, Order, Refund, StockLevel
+from approvals import plans, services
+from approvals.models import (
+    Approval,
+    ApprovalStatus,
+    BusinessEvent,
+    Confirmation,
+    Decision,
+    FollowupRequest,
+    Order,
+    PlanDecision,
+    PlanReview,
+    Proposal,
+    Refund,
+    StockLevel,
+    Ticket,
+    TicketStatus,
+)
 
 
 @admin.register(Order)
@@ -215,3 +230,177 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     @admin.action(description="Reject the selected calls (with the reason above)")
     def reject_selected(self, request, queryset):
         self._decide_selected(request, queryset, Decision.REJECT, "rejected")
+
+
+# --- tickets (exchange plans) -----------------------------------------------------------------
+
+
+class _HistoryInline(admin.TabularInline):
+    """A ticket's records, written only by the plan services."""
+
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        # Whoever sees the ticket (a supervising membership) sees its history.
+        return super().has_view_permission(request, obj) or supervises_any(request.user)
+
+
+class ProposalInline(_HistoryInline):
+    model = Proposal
+    fields = readonly_fields = ["version", "summary", "items", "note", "created_by", "created_at"]
+
+
+class ConfirmationInline(_HistoryInline):
+    model = Confirmation
+    fields = readonly_fields = ["proposal_version", "customer", "created_at"]
+
+
+class PlanReviewInline(_HistoryInline):
+    model = PlanReview
+    fields = readonly_fields = ["proposal_version", "decision", "note", "reviewer", "created_at"]
+
+
+class BusinessEventInline(_HistoryInline):
+    model = BusinessEvent
+    fields = readonly_fields = ["id", "kind", "proposal_version", "actor", "data", "created_at"]
+    ordering = ["id"]
+
+
+class NoteActionForm(ActionForm):
+    note = forms.CharField(required=False, label="Note (to reject)", max_length=2000)
+
+
+class ReviseForm(forms.Form):
+    items = forms.JSONField(
+        label="Items of the new version",
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
+        help_text='[{"sku": "...", "new_sku": "...", "quantity": 1}]',
+    )
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+@admin.register(Ticket)
+class TicketAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
+    list_display = ["short_id", "status", "order", "customer", "version", "run_link", "updated_at"]
+    list_filter = ["status", "merchant"]
+    list_select_related = ["order", "customer", "merchant"]
+    search_fields = ["id", "order__number", "customer__username"]
+    actions = ["approve_selected", "reject_selected"]
+    action_form = NoteActionForm
+    inlines = [ProposalInline, ConfirmationInline, PlanReviewInline, BusinessEventInline]
+    readonly_fields = [
+        "id",
+        "status",
+        "version",
+        "order",
+        "customer",
+        "run_link",
+        "merchant",
+        "created_at",
+        "updated_at",
+        "revise_link",
+    ]
+    fields = readonly_fields
+
+    def get_list_filter(self, request):
+        return self.list_filter if request.user.is_superuser else ["status"]
+
+    @admin.display(description="ticket")
+    def short_id(self, ticket):
+        return str(ticket.pk)[:8]
+
+    @admin.display(description="run")
+    def run_link(self, ticket):
+        url = reverse("admin:runs_agentrun_change", args=[ticket.run_id])
+        return format_html('<a href="{}">{}</a>', url, str(ticket.run_id)[:8])
+
+    @admin.display(description="revise")
+    def revise_link(self, ticket):
+        if ticket.status not in (
+            TicketStatus.WAITING_CONFIRMATION,
+            TicketStatus.NEEDS_REVISION,
+            TicketStatus.WAITING_REVIEW,
+        ):
+            return "-"
+        url = reverse("admin:approvals_ticket_revise", args=[ticket.pk])
+        return format_html('<a class="button" href="{}">Propose a new version</a>', url)
+
+    def get_urls(self):
+        return [
+            path(
+                "<uuid:ticket_id>/revise/",
+                self.admin_site.admin_view(self.revise_view),
+                name="approvals_ticket_revise",
+            ),
+            *super().get_urls(),
+        ]
+
+    def revise_view(self, request, ticket_id):
+        ticket = get_object_or_404(self.get_queryset(request), pk=ticket_id)
+        current = ticket.proposals.get(version=ticket.version)
+        form = ReviseForm(request.POST or None, initial={"items": current.items})
+        if request.method == "POST" and form.is_valid():
+            try:
+                ticket = plans.ticket_revise(
+                    ticket=ticket,
+                    principal=plans.ticket_principal(ticket=ticket, user=request.user),
+                    proposal_version=current.version,
+                    note=form.cleaned_data["note"],
+                    items=form.cleaned_data["items"],
+                )
+            except Problem as problem:
+                for error in problem.errors or []:
+                    form.add_error(None, f"{error['field']}: {error['message']}")
+                form.add_error(None, problem.detail)
+            else:
+                self.message_user(request, f"Version {ticket.version} proposed to the customer.")
+                return redirect("admin:approvals_ticket_change", ticket.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Revise the plan for {ticket.order}",
+            "ticket": ticket,
+            "current": current,
+            "form": form,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/approvals/ticket/revise.html", context)
+
+    def _decide_selected(self, request, queryset, decision: str, done: str):
+        note = request.POST.get("note", "")
+        for ticket in queryset.select_related("merchant"):
+            try:
+                plans.ticket_decide(
+                    ticket=ticket,
+                    principal=plans.ticket_principal(ticket=ticket, user=request.user),
+                    proposal_version=ticket.version,
+                    decision=decision,
+                    note=note,
+                )
+            except Problem as problem:
+                self.message_user(
+                    request, f"Plan for {ticket.order}: {problem.detail}", messages.WARNING
+                )
+            else:
+                self.message_user(request, f"Plan for {ticket.order}: {done}.")
+
+    @admin.action(description="Approve the selected plans")
+    def approve_selected(self, request, queryset):
+        self._decide_selected(request, queryset, PlanDecision.APPROVE, "approved")
+
+    @admin.action(description="Reject the selected plans (with the note above)")
+    def reject_selected(self, request, queryset):
+        self._decide_selected(request, queryset, PlanDecision.REJECT, "rejected")
+
+
+@admin.register(FollowupRequest)
+class FollowupRequestAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
+    list_display = ["order", "due_at", "note", "created_at"]
+    list_select_related = ["order"]
+    search_fields = ["order__number"]

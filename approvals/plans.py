@@ -22,6 +22,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from agentportal.principals import Principal
 from agentportal.problems import Problem
+from agentportal.selectors import principal_for_user
 from approvals import selectors
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -276,6 +277,14 @@ def _ticket_command(
         transaction.on_commit(partial(reconcile_enqueue, locked.run_id), robust=True)
     locked.refresh_from_db()
     return locked
+
+
+def ticket_principal(*, ticket: Ticket, user) -> Principal:
+    """The principal of a signed-in user (the admin, the portal) for a ticket's shop."""
+    principal = principal_for_user(user=user, merchant=ticket.merchant)
+    if principal is None:
+        raise Problem(403, "permission_denied", "You no longer belong to this shop.")
+    return principal
 
 
 def ticket_owner_check(ticket: Ticket, principal: Principal, action: str) -> None:

@@ -52,3 +52,28 @@ def tickets_visible_to(principal: Principal) -> QuerySet[Ticket]:
 
 def ticket_for(principal: Principal, ticket_id) -> Ticket | None:
     return tickets_visible_to(principal).filter(pk=ticket_id).first()
+
+
+def tickets_for_supervisor(*, user) -> QuerySet[Ticket]:
+    """The plans a signed-in supervisor may see, across the shops they supervise now."""
+    return Ticket.objects.filter(merchant__in=merchants_supervised_by(user=user)).select_related(
+        "merchant", "order", "customer"
+    )
+
+
+def ticket_for_user(*, user, ticket_id) -> Ticket | None:
+    """A plan for its customer (while a member of its shop) or its shop's supervisors."""
+    supervised = tickets_for_supervisor(user=user).filter(pk=ticket_id).first()
+    if supervised is not None:
+        return supervised
+    return (
+        Ticket.objects.select_related("merchant", "order", "customer")
+        .filter(
+            pk=ticket_id,
+            customer=user,
+            merchant__active=True,
+            merchant__memberships__user=user,
+            merchant__memberships__active=True,
+        )
+        .first()
+    )

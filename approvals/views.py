@@ -14,8 +14,8 @@ from agentportal.admin import supervises_any
 from agentportal.models import Membership, Role
 from agentportal.principals import Principal
 from agentportal.problems import Problem
-from approvals import selectors, services
-from approvals.models import Approval, ApprovalStatus, Decision
+from approvals import plans, selectors, services
+from approvals.models import Approval, ApprovalStatus, Decision, PlanDecision, TicketStatus
 from runs import commands, conversations
 from runs import selectors as run_selectors
 from runs.models import AgentRun, Conversation, ConversationStatus
@@ -57,11 +57,26 @@ def inbox_rows(request):
     return render(request, "portal/_inbox_rows.html", _inbox_context(request))
 
 
+@login_required
+def inbox_plans(request):
+    """The inbox's plans, polled by htmx."""
+    if not supervises_any(request.user):
+        raise Http404
+    return render(request, "portal/_plan_rows.html", _inbox_context(request))
+
+
 def _inbox_context(request) -> dict:
     pending = selectors.approvals_for_supervisor(user=request.user).filter(
         status=ApprovalStatus.PENDING_APPROVAL
     )
-    return {"pending": pending.order_by("expires_at")[:100], "now": timezone.now()}
+    plans_waiting = selectors.tickets_for_supervisor(user=request.user).filter(
+        status__in=[TicketStatus.WAITING_REVIEW, TicketStatus.NEEDS_REVISION]
+    )
+    return {
+        "pending": pending.order_by("expires_at")[:100],
+        "plans": plans_waiting.order_by("updated_at")[:100],
+        "now": timezone.now(),
+    }
 
 
 @login_required
@@ -164,6 +179,101 @@ def _explain(request, form: DecisionForm, problem: Problem) -> None:
             form.add_error(None, f"{error['field']}: {error['message']}")
     else:
         form.add_error(None, problem.detail)
+
+
+# --- a plan ------------------------------------------------------------------------------------
+
+
+class PlanForm(forms.Form):
+    action = forms.ChoiceField(
+        choices=[
+            ("confirm", "confirm"),
+            ("changes", "changes"),
+            ("approve", "approve"),
+            ("reject", "reject"),
+        ]
+    )
+    proposal_version = forms.IntegerField(min_value=1)
+    note = forms.CharField(required=False, max_length=2000)
+
+
+PLAN_DONE = {
+    "confirm": "Confirmed: a supervisor now reviews the plan.",
+    "changes": "Your request for changes was sent; you will get a new version to confirm.",
+    "approve": "Approved: the agent carries on with the exchange.",
+    "reject": "Rejected: the agent tells the customer why.",
+}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def ticket_page(request, ticket_id):
+    ticket = selectors.ticket_for_user(user=request.user, ticket_id=ticket_id)
+    if ticket is None:
+        raise Http404("No such plan for you.")
+    form = PlanForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        action = form.cleaned_data["action"]
+        common = {
+            "ticket": ticket,
+            "principal": _plan_principal(ticket, request.user),
+            "proposal_version": form.cleaned_data["proposal_version"],
+        }
+        note = form.cleaned_data["note"]
+        try:
+            if action == "confirm":
+                plans.ticket_confirm(**common)
+            elif action == "changes":
+                plans.ticket_revise(**common, note=note)
+            else:
+                plans.ticket_decide(**common, decision=PlanDecision(action), note=note)
+            messages.success(request, PLAN_DONE[action])
+            return redirect("portal-ticket", ticket_id=ticket.pk)
+        except Problem as problem:
+            _plan_explain(request, form, problem)
+    ticket.refresh_from_db()
+    return render(request, "portal/ticket.html", _ticket_context(request, ticket, form))
+
+
+def _plan_principal(ticket, user) -> Principal:
+    try:
+        return plans.ticket_principal(ticket=ticket, user=user)
+    except Problem as problem:
+        raise Http404(problem.detail) from problem
+
+
+def _plan_explain(request, form: PlanForm, problem: Problem) -> None:
+    """A plan that moved on meanwhile is news for the page, not an error page."""
+    if problem.code == "version_conflict":
+        messages.warning(request, "The plan was revised meanwhile: here is the new version.")
+    elif problem.code == "invalid_transition":
+        messages.warning(request, f"Nothing was changed: {problem.detail}")
+    elif problem.errors:
+        for error in problem.errors:
+            form.add_error(None, error["message"])
+    else:
+        form.add_error(None, problem.detail)
+
+
+def _ticket_context(request, ticket, form: PlanForm) -> dict:
+    is_customer = ticket.customer_id == request.user.pk
+    return {
+        "ticket": ticket,
+        "form": form,
+        "proposals": ticket.proposals.order_by("-version"),
+        "current": ticket.proposals.get(version=ticket.version),
+        "confirmation": ticket.confirmations.filter(proposal_version=ticket.version).first(),
+        "review": ticket.reviews.filter(proposal_version=ticket.version).first(),
+        "can_confirm": is_customer and ticket.status == TicketStatus.WAITING_CONFIRMATION,
+        "can_review": not is_customer and ticket.status == TicketStatus.WAITING_REVIEW,
+        "can_revise": not is_customer
+        and ticket.status
+        in (
+            TicketStatus.WAITING_CONFIRMATION,
+            TicketStatus.NEEDS_REVISION,
+            TicketStatus.WAITING_REVIEW,
+        ),
+    }
 
 
 # --- the customer's chat ----------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""The portal's plan page: the customer confirms or asks for changes, a supervisor decides."""
+
+from django.contrib.auth.models import User
+from django.test import Client
+
+from approvals.models import TicketStatus
+from runs import worker
+from tests.approvals.plan_helpers import exchange_run, reconcile, ticket_of
+
+
+def _signed_in(username: str) -> Client:
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    return client
+
+
+def _act(client: Client, ticket, action: str, note: str = "", version: int = 1):
+    return client.post(
+        f"/portal/tickets/{ticket.pk}/",
+        {"action": action, "proposal_version": version, "note": note},
+        follow=True,
+    )
+
+
+def test_the_customer_confirms_and_the_supervisor_approves_on_the_page(demo):
+    run = exchange_run(demo)
+    ticket = ticket_of(run)
+    alice, sam = _signed_in("alice"), _signed_in("sam")
+
+    page = alice.get(f"/portal/tickets/{ticket.pk}/")
+    assert "exchange 1 x SHOE-TRAIL-42 for SHOE-TRAIL-43" in page.text
+    assert "Confirm this plan" in page.text
+    assert "Approve the plan" not in page.text
+
+    confirmed = _act(alice, ticket, "confirm")
+    assert "a supervisor now reviews the plan" in confirmed.text
+    assert ticket_of(run).status == TicketStatus.WAITING_REVIEW
+    inbox = sam.get("/portal/inbox/plans/")
+    assert f"/portal/tickets/{ticket.pk}/" in inbox.text
+
+    approved = _act(sam, ticket, "approve")
+    assert "Approved" in approved.text
+    assert ticket_of(run).status == TicketStatus.APPROVED
+    again = _act(sam, ticket, "approve")
+    assert again.status_code == 200 and "Nothing was changed" in again.text
+
+
+def test_asking_for_changes_a_stale_version_and_strangers(demo):
+    run = exchange_run(demo)
+    ticket = ticket_of(run)
+    alice = _signed_in("alice")
+
+    asked = _act(alice, ticket, "changes", note="size 41 please")
+    stale = _act(alice, ticket, "confirm", version=7)
+    reconcile(run)
+
+    assert "Your request for changes was sent" in asked.text
+    assert "revised meanwhile" in stale.text
+    assert ticket_of(run).status == TicketStatus.NEEDS_REVISION
+    assert _signed_in("bob").get(f"/portal/tickets/{ticket.pk}/").status_code == 404
+    assert _signed_in("oscar").get(f"/portal/tickets/{ticket.pk}/").status_code == 404
+    assert "needs a new version" in _signed_in("sue").get("/portal/inbox/plans/").text
+
+
+def test_the_chat_links_the_plan_that_waits_for_the_customer(demo):
+    alice = _signed_in("alice")
+    alice.post("/portal/chat/", {"text": "I want to exchange the shoes from ORD-1002 for size 43"})
+    worker.tick()
+
+    ticket = ticket_of(User.objects.get(username="alice").agent_runs.get())
+    assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/chat/messages/").text
+    assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/").text

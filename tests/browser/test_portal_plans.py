@@ -1,0 +1,50 @@
+"""An exchange plan in a real browser: the customer follows the chat's link and confirms, a
+supervisor finds it in the live inbox and approves, and the customer reads the answer."""
+
+import pytest
+
+from approvals import plans
+from approvals.models import Ticket, TicketStatus
+from runs import worker
+from runs.models import AgentRun, RunStatus
+from tests.browser.conftest import screenshot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_plan_confirmed_by_the_customer_and_approved_by_a_supervisor(demo, signed_in, live_server):
+    # given: alice asks for an exchange in the chat and the agent proposes a plan
+    alice = signed_in("alice")
+    alice.goto(f"{live_server.url}/portal/chat/")
+    alice.fill("#chat-text", "I want to exchange the shoes from order ORD-1002 for size 43")
+    alice.click("#chat-form button[type=submit]")
+    worker.tick()
+    sam = signed_in("sam")  # the inbox is open before anything waits for him
+
+    # when: she follows the link the chat shows and confirms
+    alice.wait_for_selector(".plan a", timeout=10000)
+    alice.click(".plan a")
+    assert "SHOE-TRAIL-43" in alice.inner_text("#plan-summary")
+    screenshot(alice, "plan-to-confirm")
+    alice.click("button[value=confirm]")
+    assert "a supervisor now reviews the plan" in alice.inner_text(".messages")
+    ticket = Ticket.objects.get()
+    run = AgentRun.objects.get()
+    plans.plan_reconcile(run_id=run.pk)
+
+    # then: the plan appears in sam's inbox without a reload; he approves it
+    sam.wait_for_selector(f"tr[data-ticket='{ticket.pk}'] a", timeout=10000)
+    sam.click(f"tr[data-ticket='{ticket.pk}'] a")
+    sam.fill("#note", "enjoy")
+    sam.click("button[value=approve]")
+    assert "Approved" in sam.inner_text(".messages")
+    screenshot(sam, "plan-approved")
+    assert Ticket.objects.get().status == TicketStatus.APPROVED
+
+    # and: the same run resumes and alice reads the answer in her chat
+    plans.plan_reconcile(run_id=run.pk)
+    worker.tick()
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+    alice.goto(f"{live_server.url}/portal/chat/")
+    assert "approved" in alice.inner_text(".answer")

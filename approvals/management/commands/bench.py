@@ -9,8 +9,12 @@ Two phases, on the database in DATABASE_URL:
    its queueing and that start to its completion).
 The `approval` scenario is a refund each: `runportal` (web and workers) runs them until they
 wait, then 32 concurrent clients approve them over HTTP; it adds the decisions' rate and
-latency. The `stop` scenario measures /stop: one worker is inside a slow warehouse call when
-a customer sends /stop; it reports the request's latency and the time from its answer until
+latency. The `plan` scenario is an exchange each: `runportal` runs them until their plans
+wait, 32 clients confirm them as the customers, then approve them as a supervisor, all over
+HTTP, and the reconcile tasks resume the runs; it adds each phase's rate and the reconcile
+sweep's cost with --waiting runs (default 10,000) waiting on plans, a hundred of them changed.
+The `stop` scenario measures /stop: one worker is inside a slow warehouse call when a customer
+sends /stop; it reports the request's latency and the time from its answer until
 the worker abandoned the run (it starts the run queued behind it). The last line printed is
 one JSON object.
 """
@@ -41,11 +45,24 @@ from django.utils import timezone
 from agentportal.models import Membership, Merchant, Role
 from agentportal.principals import Principal
 from agentportal.services import api_key_create
+from approvals import plans
 from approvals import services as approval_services
-from approvals.models import Approval, ApprovalStatus, Order, OrderStatus, Refund
+from approvals.models import (
+    Approval,
+    ApprovalStatus,
+    BusinessEvent,
+    Order,
+    OrderStatus,
+    Proposal,
+    Refund,
+    StockLevel,
+    Ticket,
+    TicketStatus,
+)
 from runs import services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunEvent, RunStatus
+from runs.snapshot import WaitKind, WaitState, interrupt_id_for
 
 BENCH_SHOP = "bench-shop"
 BENCH_SUPERVISOR = "bench-supervisor"
@@ -55,8 +72,10 @@ MESSAGES = {
     "plain": "What is the status of order {order}?",
     "approval": "I want a refund for {order} amount 10",
     "stop": "What is the status of order {order}?",
+    "plan": "I want to exchange the shoes from order {order} for size 43",
 }
 STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
+FINISHED = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
 class Command(BaseCommand):
@@ -69,8 +88,13 @@ class Command(BaseCommand):
         parser.add_argument("--calibration-runs", type=int, default=30)
         parser.add_argument("--timeout", type=float, default=600.0)
         parser.add_argument("--log", default=os.devnull, help="Where the workers' output goes.")
+        parser.add_argument(
+            "--waiting", type=int, default=10_000, help="Runs waiting on plans (plan scenario)."
+        )
 
-    def handle(self, *args, runs, workers, scenario, calibration_runs, timeout, log, **options):
+    def handle(
+        self, *args, runs, workers, scenario, calibration_runs, timeout, log, waiting, **options
+    ):
         if runs < 1 or workers < 1:
             raise CommandError("--runs and --workers must be at least 1")
         self.scenario = scenario
@@ -84,6 +108,11 @@ class Command(BaseCommand):
         elif scenario == "stop":
             workers = 1  # the queued run must wait for the very worker that is stopped
             result = self._stops(merchant, runs, timeout)
+        elif scenario == "plan":
+            result = self._plans(merchant, runs, workers, timeout)
+            self._clear(merchant)
+            result["reconcile"] = self._reconcile_sweep(merchant, waiting)
+            self._clear(merchant)
         else:
             result = self._throughput(merchant, runs, workers, timeout)
         result.update(
@@ -109,6 +138,8 @@ class Command(BaseCommand):
             "commits_per_run",
             "decisions",
             "stops",
+            "plans",
+            "reconcile",
         ]
         self.stdout.write(json.dumps({key: result[key] for key in order if key in result}))
 
@@ -119,6 +150,10 @@ class Command(BaseCommand):
         merchant, _ = Merchant.objects.get_or_create(
             slug=BENCH_SHOP, defaults={"name": "Benchmark shop", "max_running_runs": 64}
         )
+        for sku in ("SHOE-TRAIL-42", "SHOE-TRAIL-43"):
+            StockLevel.objects.get_or_create(
+                merchant=merchant, sku=sku, defaults={"quantity": 1_000_000}
+            )
         supervisor, made = User.objects.get_or_create(username=BENCH_SUPERVISOR)
         if made:
             Membership.objects.create(user=supervisor, merchant=merchant, role=Role.SUPERVISOR)
@@ -205,11 +240,30 @@ class Command(BaseCommand):
                 resumed_from = counter.queries
                 worker.tick()
                 tick_queries += counter.queries - resumed_from
+            if self.scenario == "plan":
+                self._calibrate_plans(merchant)
+                resumed_from = counter.queries
+                worker.tick()
+                tick_queries += counter.queries - resumed_from
         done = AgentRun.objects.filter(merchant=merchant, status=RunStatus.COMPLETED)
         if done.count() != count:
             raise CommandError(f"calibration: {done.count()} of {count} runs completed")
         steps = done.aggregate(steps=Sum("step"))["steps"]
         return tick_queries / steps, counter.commits / count
+
+    def _calibrate_plans(self, merchant: Merchant) -> None:
+        """Confirm and approve every waiting plan through the services, reconciling after each
+        command as the tasks would."""
+        supervisor = User.objects.get(username=BENCH_SUPERVISOR)
+        reviewer = Principal(merchant=merchant, role=Role.SUPERVISOR, user=supervisor)
+        for ticket in Ticket.objects.filter(merchant=merchant).select_related("customer"):
+            customer = Principal(merchant=merchant, role=Role.CUSTOMER, user=ticket.customer)
+            plans.ticket_confirm(ticket=ticket, principal=customer, proposal_version=1)
+            plans.plan_reconcile(run_id=ticket.run_id)
+            plans.ticket_decide(
+                ticket=ticket, principal=reviewer, proposal_version=1, decision="approve", note=""
+            )
+            plans.plan_reconcile(run_id=ticket.run_id)
 
     def _throughput(self, merchant: Merchant, runs: int, workers: int, timeout: float) -> dict:
         self._queue(merchant, runs)
@@ -266,10 +320,12 @@ class Command(BaseCommand):
                 if time.monotonic() > ends or portal.poll() is not None:
                     raise CommandError(f"only {waiting.count()} of {runs} runs came to wait")
                 time.sleep(0.1)
-            decided = _decide_concurrently(
-                base=f"http://127.0.0.1:{port}",
-                key=key,
-                interrupt_ids=list(waiting.values_list("interrupt_id", flat=True)),
+            decided = _post_concurrently(
+                f"http://127.0.0.1:{port}/api/v1",
+                [
+                    (key, f"/approvals/{interrupt_id}/decision", {"decision": "approve"})
+                    for interrupt_id in waiting.values_list("interrupt_id", flat=True)
+                ],
             )
             self.stderr.write(f"decisions: {json.dumps(decided)}")
             pending = AgentRun.objects.filter(merchant=merchant).exclude(
@@ -286,6 +342,175 @@ class Command(BaseCommand):
         result = self._figures(merchant, runs)
         result["decisions"] = decided
         return result
+
+    def _plans(self, merchant: Merchant, runs: int, workers: int, timeout: float) -> dict:
+        """Exchanges run by `runportal` until their plans wait; the customers confirm them and
+        a supervisor approves them over HTTP; reconcile resumes the runs to their answers."""
+        supervisor = User.objects.get(username=BENCH_SUPERVISOR)
+        _, supervisor_key = api_key_create(merchant=merchant, role="supervisor", user=supervisor)
+        customer_keys = {
+            c.pk: api_key_create(merchant=merchant, role="customer", user=c)[1]
+            for c in self._customers(merchant)[: -(-runs // RUNS_PER_ACCOUNT)]
+        }
+        started = time.perf_counter()
+        self._queue(merchant, runs)
+        port, portal = self._start_portal(workers)
+        base = f"http://127.0.0.1:{port}/api/v1"
+        tickets = Ticket.objects.filter(merchant=merchant)
+        runs_of = AgentRun.objects.filter(merchant=merchant)
+        phases = {}
+        try:
+            ends = time.monotonic() + timeout
+
+            def wait_until(done, what: str) -> None:
+                while not done():
+                    if time.monotonic() > ends or portal.poll() is not None:
+                        raise CommandError(f"{what}: timed out; see the log")
+                    time.sleep(0.05)
+
+            wait_until(
+                lambda: runs_of.filter(status=RunStatus.WAITING_USER).count() == runs,
+                "plans proposed",
+            )
+            confirmations = [
+                (
+                    customer_keys[customer_id],
+                    f"/tickets/{ticket_id}/confirm",
+                    {"proposal_version": 1},
+                )
+                for ticket_id, customer_id in tickets.values_list("pk", "customer_id")
+            ]
+            phases["confirm"] = _post_concurrently(base, confirmations)
+            wait_until(
+                lambda: runs_of.filter(status=RunStatus.WAITING_APPROVAL).count() == runs,
+                "confirmations reconciled",
+            )
+            decisions = [
+                (
+                    supervisor_key,
+                    f"/tickets/{ticket_id}/decide",
+                    {"proposal_version": 1, "decision": "approve"},
+                )
+                for ticket_id in tickets.values_list("pk", flat=True)
+            ]
+            phases["decide"] = _post_concurrently(base, decisions)
+            wait_until(lambda: runs_of.filter(status__in=FINISHED).count() == runs, "runs finished")
+        finally:
+            if portal.poll() is None:
+                portal.send_signal(signal.SIGTERM)
+                portal.wait(timeout=60)
+        wall = time.perf_counter() - started
+        result = self._figures(merchant, runs)
+        approved = tickets.filter(status=TicketStatus.APPROVED).count()
+        result["plans"] = {
+            "end_to_end_s": round(wall, 3),
+            "end_to_end_runs_per_s": round(runs / wall, 1),
+            "approved": approved,
+            **phases,
+        }
+        return result
+
+    def _reconcile_sweep(self, merchant: Merchant, waiting: int, changed: int = 100) -> dict:
+        """The maintain sweep's cost with `waiting` runs waiting on plans: first with nothing
+        new, then after `changed` of them were confirmed."""
+        self._waiting_plans(merchant, waiting)
+        counter = Counter()
+        with counter.counting():
+            started = time.perf_counter()
+            plans.plans_reconcile_due()
+            idle_ms = (time.perf_counter() - started) * 1000
+        idle_queries = counter.queries
+        for ticket in Ticket.objects.filter(merchant=merchant).select_related("customer")[:changed]:
+            plans.ticket_confirm(
+                ticket=ticket,
+                principal=Principal(merchant=merchant, role=Role.CUSTOMER, user=ticket.customer),
+                proposal_version=1,
+            )
+        counter = Counter()
+        with counter.counting():
+            started = time.perf_counter()
+            applied = plans.plans_reconcile_due()
+            busy_ms = (time.perf_counter() - started) * 1000
+        moved = AgentRun.objects.filter(merchant=merchant, status=RunStatus.WAITING_APPROVAL)
+        if applied != changed or moved.count() != changed:
+            raise CommandError(f"reconcile applied {applied} events, {moved.count()} runs moved")
+        return {
+            "waiting": waiting,
+            "idle_pass_ms": round(idle_ms, 1),
+            "idle_pass_queries": idle_queries,
+            "changed": changed,
+            "pass_ms": round(busy_ms, 1),
+            "queries": counter.queries,
+            "queries_per_changed_run": round((counter.queries - idle_queries) / changed, 1),
+        }
+
+    def _waiting_plans(self, merchant: Merchant, count: int) -> None:
+        """`count` runs waiting for their plans' confirmation, written in bulk."""
+        customers = list(self._customers(merchant)[:50])
+        orders = {o.customer_id: o for o in Order.objects.filter(customer__in=customers)}
+        items = [{"sku": "SHOE-TRAIL-42", "new_sku": "SHOE-TRAIL-43", "quantity": 1}]
+        release = services.release_resolve(merchant=merchant)
+        for offset in range(0, count, 1000):
+            batch = range(offset, min(count, offset + 1000))
+            run_rows, ticket_rows = [], []
+            for index in batch:
+                customer = customers[index % len(customers)]
+                run = AgentRun(
+                    merchant=merchant,
+                    account=customer,
+                    status=RunStatus.WAITING_USER,
+                    next_node="tools",
+                    graph_version=release["graph_version"],
+                    release_snapshot=release,
+                    messages=[],
+                    wait_deadline_at=timezone.now() + timezone.timedelta(days=1),
+                )
+                key = f"bench:{run.pk}:1:0"
+                run.wait_state = WaitState(
+                    interrupt_id=interrupt_id_for(key, "v1", "confirmation"),
+                    kind=WaitKind.CONFIRMATION,
+                    tool_name="create_exchange_proposal",
+                    tool_key=key,
+                    tool_args={"order_id": orders[customer.pk].number, "items": items},
+                    ticket_id=None,
+                    proposal_version=1,
+                ).dump()
+                ticket = Ticket(
+                    merchant=merchant,
+                    run=run,
+                    customer=customer,
+                    order=orders[customer.pk],
+                    tool_execution_key=key,
+                )
+                run.wait_state["ticket_id"] = str(ticket.pk)
+                run_rows.append(run)
+                ticket_rows.append(ticket)
+            AgentRun.objects.bulk_create(run_rows)
+            Ticket.objects.bulk_create(ticket_rows)
+            Proposal.objects.bulk_create(
+                [Proposal(ticket=t, version=1, items=items, summary="bench") for t in ticket_rows]
+            )
+            events = BusinessEvent.objects.bulk_create(
+                [
+                    BusinessEvent(
+                        merchant=merchant,
+                        ticket=t,
+                        run=t.run,
+                        kind="proposed",
+                        proposal_version=1,
+                        actor="agent",
+                    )
+                    for t in ticket_rows
+                ]
+            )
+            cursors = {e.run_id: e.pk for e in events if e.pk is not None}
+            if not cursors:  # a backend that does not return the new ids
+                cursors = dict(
+                    BusinessEvent.objects.filter(ticket__in=ticket_rows).values_list("run_id", "pk")
+                )
+            for run in run_rows:
+                run.business_cursor = cursors[run.pk]
+            AgentRun.objects.bulk_update(run_rows, ["business_cursor"])
 
     def _start_portal(self, workers: int) -> tuple[int, subprocess.Popen]:
         port = _free_port()
@@ -415,17 +640,11 @@ def _post(base: str, key: str, path: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _decide_concurrently(*, base: str, key: str, interrupt_ids: list[str]) -> dict:
-    """Approve every interrupt over HTTP from DECISION_CLIENTS threads; rate and latency."""
-    work: queue.Queue[str] = queue.Queue()
-    for interrupt_id in interrupt_ids:
-        work.put(interrupt_id)
+def _post_concurrently(base: str, requests: list[tuple[str, str, dict]]) -> dict:
+    """POST every (key, path, body) from DECISION_CLIENTS threads; rate, latency, statuses."""
+    work: queue.Queue[tuple[str, str, dict]] = queue.Queue()
+    for request in requests:
+        work.put(request)
     latencies: list[float] = []
     statuses: list[int] = []
     lock = threading.Lock()
@@ -433,19 +652,13 @@ def _decide_concurrently(*, base: str, key: str, interrupt_ids: list[str]) -> di
     def client() -> None:
         while True:
             try:
-                interrupt_id = work.get_nowait()
+                key, path, body = work.get_nowait()
             except queue.Empty:
                 return
-            request = urllib.request.Request(
-                f"{base}/api/v1/approvals/{interrupt_id}/decision",
-                data=json.dumps({"decision": "approve"}).encode(),
-                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-                method="POST",
-            )
             started = time.perf_counter()
             try:
-                with urllib.request.urlopen(request, timeout=30) as response:
-                    status = response.status
+                _post(base, key, path, body)
+                status = 200
             except urllib.error.HTTPError as error:
                 status = error.code
             except OSError:
@@ -461,11 +674,15 @@ def _decide_concurrently(*, base: str, key: str, interrupt_ids: list[str]) -> di
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
-    latencies.sort()
     return {
         "count": len(statuses),
         "per_s": round(len(statuses) / wall, 1),
-        "p50_ms": round(statistics.median(latencies), 1),
-        "p95_ms": round(latencies[max(0, int(len(latencies) * 0.95) - 1)], 1),
+        **{f"{name}_ms": value for name, value in _p(latencies).items()},
         "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))},
     }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -238,8 +238,14 @@ def _ticket_command(
 ) -> Ticket:
     """One command on a ticket: check the version and the state under the ticket's lock,
     move it by a conditional UPDATE, write its record and its BusinessEvent, and on commit
-    have the run reconcile."""
+    have the run reconcile.
+
+    The run is locked first, as the lock order says: ending a run cancels its open tickets
+    under the run's lock, and the event's reference to the run would otherwise wait for that
+    lock while holding the ticket's (a deadlock on PostgreSQL).
+    """
     with transaction.atomic():
+        run_services.run_lock(ticket.run_id)
         locked = Ticket.objects.select_for_update().get(pk=ticket.pk)
         if locked.version != proposal_version:
             raise Problem(

@@ -61,3 +61,35 @@ def test_racing_decisions_and_reconciles_resume_the_run_once(demo):
     assert RunInput.objects.filter(run=run, kind="plan_review").count() == 1
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
+
+
+def test_a_cancel_racing_confirmations_leaves_the_plan_cancelled_and_no_error(demo):
+    # given: a plan waiting for alice, who confirms from several tabs while the run is cancelled
+    run = factories.run_queue(
+        customer=User.objects.get(username="alice"), merchant=demo, message=EXCHANGE
+    )
+    worker.tick()
+    ticket = Ticket.objects.get(run=run)
+    clients = [_client("alice") for _ in range(4)]
+
+    def confirm(client: APIClient) -> int:
+        return client.post(
+            f"/api/v1/tickets/{ticket.pk}/confirm", {"proposal_version": 1}, format="json"
+        ).status_code
+
+    def cancel() -> int:
+        return clients[0].post(f"/api/v1/runs/{run.pk}/cancel").status_code
+
+    # when
+    statuses = in_threads([cancel, *(lambda c=c: confirm(c) for c in clients)])
+
+    # then: whichever came first, the run and its plan end cancelled; nobody got a 500
+    assert statuses[0] == 200
+    assert set(statuses[1:]) <= {200, 409}
+    assert statuses[1:].count(200) <= 1
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert Ticket.objects.get().status == "CANCELLED"
+    plans.plan_reconcile(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED

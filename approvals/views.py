@@ -1,5 +1,6 @@
 """The portal's pages: the supervisor's inbox and the page of one pending call."""
 
+import itertools
 import json
 
 from django import forms
@@ -344,10 +345,13 @@ def chat_messages(request):
 
 def _chat_context(conversation: Conversation | None) -> dict:
     rows = (
-        run_selectors.conversation_messages(conversation).select_related("run")
+        list(run_selectors.conversation_messages(conversation).select_related("run"))
         if conversation
         else []
     )
+    for row, following in itertools.pairwise(rows):
+        # The customer answered the agent's question: the run's answer shows once, last.
+        row.answered_later = row.run_id is not None and following.run_id == row.run_id
     return {"conversation": conversation, "rows": rows}
 
 

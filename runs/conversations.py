@@ -14,7 +14,7 @@ from django.utils import timezone
 from agentportal.models import Merchant
 from agentportal.principals import Principal
 from agentportal.problems import Problem
-from runs import services
+from runs import inputs, services
 from runs.models import (
     AgentRun,
     Conversation,
@@ -41,9 +41,12 @@ def _history(conversation: Conversation) -> list[dict[str, Any]]:
         .order_by("-created_at")[:HISTORY_TURNS]
     )
     history: list[dict[str, Any]] = []
-    for message in reversed(list(started)):
+    messages = list(reversed(list(started)))
+    for index, message in enumerate(messages):
         history.append({"role": "user", "content": message.text})
-        if message.run.result:
+        # A run that asked a question and got its answer spans two messages: answered once.
+        answered_later = index + 1 < len(messages) and messages[index + 1].run_id == message.run_id
+        if message.run.result and not answered_later:
             history.append({"role": "assistant", "content": message.run.result})
     return history
 
@@ -91,7 +94,28 @@ def message_send(*, conversation: Conversation, text: str) -> ConversationMessag
         if message.status == MessageStatus.QUEUED and conversation.active_run_id is None:
             services.open_runs_check(merchant=conversation.merchant, account=conversation.customer)
             _start_locked(conversation, message)
+        elif message.status == MessageStatus.QUEUED:
+            _answer_locked(conversation, message)
     return message
+
+
+def _answer_locked(conversation: Conversation, message: ConversationMessage) -> None:
+    """A message to an agent that asked the customer a question is the answer: it resumes
+    the active run instead of waiting behind it. Call holding the conversation's lock."""
+    run = AgentRun.objects.select_for_update().get(pk=conversation.active_run_id)
+    wait = inputs.clarification_pending_locked(run)
+    if wait is None:
+        return
+    inputs.input_resume_locked(
+        run,
+        wait=wait,
+        text=message.text,
+        idempotency_key=f"message:{message.pk}",
+        request_hash="",
+        author=conversation.customer.get_username(),
+    )
+    message.status, message.run = MessageStatus.STARTED, run
+    message.save(update_fields=["status", "run"])
 
 
 def conversation_on_run_finish(run: AgentRun, previous_status: str) -> None:

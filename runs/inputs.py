@@ -7,6 +7,7 @@ Lock order: Conversation -> AgentRun (run_lock); nothing else is locked.
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from pydantic import BaseModel
 
 from agentportal.problems import Problem
@@ -108,28 +109,13 @@ def run_input_accept(
             if services.run_wait_expire_locked(locked):
                 expired = True
             else:
-                receipt = RunInput.objects.create(
-                    run=locked,
-                    interrupt_id=wait.interrupt_id,
-                    idempotency_key=request.idempotency_key,
-                    kind=wait.kind,
-                    payload={"text": request.text},
-                    request_hash=request.payload_hash(),
-                    created_by=author,
-                )
-                services.run_resume_locked(
+                receipt = input_resume_locked(
                     locked,
-                    events=[
-                        (
-                            "input.received",
-                            {
-                                "interrupt_id": wait.interrupt_id,
-                                "receipt_id": receipt.pk,
-                                "kind": wait.kind,
-                                "author": author,
-                            },
-                        )
-                    ],
+                    wait=wait,
+                    text=request.text,
+                    idempotency_key=request.idempotency_key,
+                    request_hash=request.payload_hash(),
+                    author=author,
                 )
     except IntegrityError:
         # A concurrent input with the same key (or for the same wait) committed first.
@@ -141,6 +127,57 @@ def run_input_accept(
         # Committed above: the run failed with WAIT_EXPIRED; only now refuse.
         raise Problem(410, "interrupt_expired", "The wait expired before this input arrived.")
     return receipt, locked, True
+
+
+def input_resume_locked(
+    run: AgentRun,
+    *,
+    wait: WaitState,
+    text: str,
+    idempotency_key: str,
+    request_hash: str,
+    author: str,
+) -> RunInput:
+    """Store the answer's receipt and put the run back in the queue, in one transaction.
+    Call holding the run's lock, after checking that the answer fits the wait."""
+    receipt = RunInput.objects.create(
+        run=run,
+        interrupt_id=wait.interrupt_id,
+        idempotency_key=idempotency_key,
+        kind=wait.kind,
+        payload={"text": text},
+        request_hash=request_hash,
+        created_by=author,
+    )
+    services.run_resume_locked(
+        run,
+        events=[
+            (
+                "input.received",
+                {
+                    "interrupt_id": wait.interrupt_id,
+                    "receipt_id": receipt.pk,
+                    "kind": wait.kind,
+                    "author": author,
+                },
+            )
+        ],
+    )
+    return receipt
+
+
+def clarification_pending_locked(run: AgentRun) -> WaitState | None:
+    """The clarification a run waits for and may still be answered, or None. Call holding
+    the run's lock."""
+    if run.status != RunStatus.WAITING_USER or run.wait_deadline_at is None:
+        return None
+    if run.wait_deadline_at <= timezone.now():
+        return None
+    try:
+        wait = wait_parse(run.wait_state)
+    except SnapshotError:
+        return None
+    return wait if wait is not None and wait.kind == WaitKind.CLARIFICATION else None
 
 
 def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:

@@ -19,6 +19,7 @@ from runs.models import (
     ConversationMessage,
     ConversationStatus,
     MessageStatus,
+    RunInput,
 )
 
 TEXTS = ["What is the status of order ORD-1001?", "And ORD-1002?", "hello"]
@@ -93,12 +94,14 @@ class ConversationMachine(RuleBasedStateMachine):
                 assert conversation.active_run_id == (active[0] if active else None)
 
     @invariant()
-    def no_message_runs_twice(self):
+    def one_message_starts_each_run_and_later_ones_only_answer_it(self):
         run_ids = list(
             ConversationMessage.objects.exclude(run=None).values_list("run_id", flat=True)
         )
-        assert len(run_ids) == len(set(run_ids))
-        assert AgentRun.objects.filter(conversation__isnull=False).count() == len(run_ids)
+        runs = AgentRun.objects.filter(conversation__isnull=False).values_list("pk", flat=True)
+        assert set(run_ids) == set(runs)
+        answers = RunInput.objects.filter(idempotency_key__startswith="message:")
+        assert answers.count() == len(run_ids) - len(set(run_ids))
 
     @invariant()
     def dropped_messages_never_run(self):

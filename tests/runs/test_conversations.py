@@ -200,3 +200,30 @@ def test_another_customers_conversation_is_404(demo, api, alice):
         .status_code
         == 404
     )
+
+
+def test_a_message_answers_the_agents_question_and_resumes_the_same_run(demo, alice):
+    # given: the agent asked which order the exchange is about
+    conversation_id = _open(alice)
+    asked = _say(alice, conversation_id, "I want to exchange my shoes for size 43").json()
+    worker.tick()
+    run = AgentRun.objects.get(pk=asked["run_id"])
+    assert run.status == RunStatus.WAITING_USER
+    assert run.wait_state["kind"] == "clarification"
+
+    # when: the customer writes the answer into the conversation
+    answer = _say(alice, conversation_id, "It is ORD-1002")
+
+    # then: it resumed the same run instead of queueing behind it
+    assert answer.status_code == 202
+    assert answer.json()["message"]["status"] == "STARTED"
+    assert answer.json()["run_id"] == str(run.pk)
+    worker.tick()
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING_USER
+    assert run.wait_state["kind"] == "confirmation"
+    assert RunEvent.objects.filter(run=run, type="input.received").count() == 1
+    assert _statuses(conversation_id) == ["STARTED", "STARTED"]
+    # and a message while it waits for the plan's confirmation queues as before
+    queued = _say(alice, conversation_id, "thanks")
+    assert queued.json()["message"]["status"] == "QUEUED"

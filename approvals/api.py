@@ -1,6 +1,9 @@
-"""REST endpoints for tool-call decisions. Thin: parse, call one service, render."""
+"""REST endpoints for tool-call decisions and exchange plans. Thin: parse, call one service,
+render."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from collections.abc import Callable
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -142,45 +145,58 @@ class TicketDetailView(APIView):
         return _ticket_response(request, ticket_id)
 
 
-class TicketConfirmView(APIView):
-    @extend_schema(
+class _TicketCommandView(APIView):
+    """A command on a ticket, checked in the API's order: not visible 404, a role that may
+    not 403, a bad body 400; then the one service that decides."""
+
+    serializer_class: type
+    command: Callable[..., object]
+
+    def role_check(self, ticket, principal) -> None:
+        """Nothing here: the service tells the roles apart (a customer's revision or a
+        supervisor's)."""
+
+    def post(self, request, ticket_id):
+        principal = principal_of(request)
+        ticket = ticket_or_404(request, ticket_id)
+        self.role_check(ticket, principal)
+        serializer = self.serializer_class(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        type(self).command(ticket=ticket, principal=principal, **serializer.validated_data)
+        return _ticket_response(request, ticket_id)
+
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="tickets_confirm", request=TicketConfirmSerializer, responses=TicketSerializer
     )
-    def post(self, request, ticket_id):
-        ticket = ticket_or_404(request, ticket_id)
-        plans.ticket_owner_check(ticket, principal_of(request), "confirm")
-        serializer = TicketConfirmSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        plans.ticket_confirm(
-            ticket=ticket, principal=principal_of(request), **serializer.validated_data
-        )
-        return _ticket_response(request, ticket_id)
+)
+class TicketConfirmView(_TicketCommandView):
+    serializer_class = TicketConfirmSerializer
+    command = plans.ticket_confirm
+
+    def role_check(self, ticket, principal) -> None:
+        plans.ticket_owner_check(ticket, principal, "confirm")
 
 
-class TicketReviseView(APIView):
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="tickets_revise", request=TicketReviseSerializer, responses=TicketSerializer
     )
-    def post(self, request, ticket_id):
-        ticket = ticket_or_404(request, ticket_id)
-        serializer = TicketReviseSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        plans.ticket_revise(
-            ticket=ticket, principal=principal_of(request), **serializer.validated_data
-        )
-        return _ticket_response(request, ticket_id)
+)
+class TicketReviseView(_TicketCommandView):
+    serializer_class = TicketReviseSerializer
+    command = plans.ticket_revise
 
 
-class TicketDecideView(APIView):
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="tickets_decide", request=TicketDecideSerializer, responses=TicketSerializer
     )
-    def post(self, request, ticket_id):
-        ticket = ticket_or_404(request, ticket_id)
-        plans.plan_supervisor_check(principal_of(request), "decide")
-        serializer = TicketDecideSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        plans.ticket_decide(
-            ticket=ticket, principal=principal_of(request), **serializer.validated_data
-        )
-        return _ticket_response(request, ticket_id)
+)
+class TicketDecideView(_TicketCommandView):
+    serializer_class = TicketDecideSerializer
+    command = plans.ticket_decide
+
+    def role_check(self, ticket, principal) -> None:
+        plans.plan_supervisor_check(principal, "decide")

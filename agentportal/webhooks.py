@@ -2,8 +2,11 @@
 
 import hashlib
 import hmac
+import http.client
 import ipaddress
 import socket
+import ssl
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -13,7 +16,45 @@ class UnsafeWebhookUrl(ValueError):
     pass
 
 
-def webhook_url_check(url: str) -> None:
+@dataclass(frozen=True)
+class CheckedUrl:
+    """A webhook URL that passed the check, with the address it was checked at: connections
+    go to that address, never to a second lookup that could answer otherwise (DNS rebinding)."""
+
+    scheme: str
+    host: str
+    port: int
+    address: str
+    target: str  # the path and query
+
+    def connection(self, *, timeout: float) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            return _PinnedHTTPSConnection(self, timeout=timeout)
+        return _PinnedHTTPConnection(self, timeout=timeout)
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, url: CheckedUrl, *, timeout: float):
+        super().__init__(url.host, url.port, timeout=timeout)
+        self.checked = url
+
+    def connect(self):
+        self.sock = socket.create_connection((self.checked.address, self.port), self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """TLS to the checked address; the certificate is still verified for the URL's host."""
+
+    def __init__(self, url: CheckedUrl, *, timeout: float):
+        super().__init__(url.host, url.port, timeout=timeout, context=ssl.create_default_context())
+        self.checked = url
+
+    def connect(self):
+        sock = socket.create_connection((self.checked.address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def webhook_url_check(url: str) -> CheckedUrl:
     """Refuse URLs a shop could use to reach inside our network: plain http, and hosts that
     resolve to loopback, private, link-local or reserved addresses, unless the setting
     AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE allows them (local test receivers)."""
@@ -31,12 +72,17 @@ def webhook_url_check(url: str) -> None:
         infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
     except socket.gaierror as error:
         raise UnsafeWebhookUrl(f"cannot resolve {parts.hostname}") from error
-    if allow_private:
-        return
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if not address.is_global or address.is_multicast:
-            raise UnsafeWebhookUrl(f"{parts.hostname} resolves to a non-public address")
+    if not allow_private:
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if not address.is_global or address.is_multicast:
+                raise UnsafeWebhookUrl(f"{parts.hostname} resolves to a non-public address")
+    target = parts.path or "/"
+    if parts.query:
+        target = f"{target}?{parts.query}"
+    return CheckedUrl(
+        scheme=parts.scheme, host=parts.hostname, port=port, address=infos[0][4][0], target=target
+    )
 
 
 def signature(secret: str, body: bytes) -> str:

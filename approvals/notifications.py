@@ -6,10 +6,9 @@ row; delivery happens after the commit, in a task, and again from `maintain` unt
 gives up.
 """
 
+import http.client
 import json
 import logging
-import urllib.error
-import urllib.request
 from datetime import timedelta
 
 from django.conf import settings
@@ -27,16 +26,6 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 8
 TIMEOUT_SECONDS = 5.0
 SIGNATURE_HEADER = "X-AgentPortal-Signature"
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect could point inside our network after the URL check: never follow one."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-_opener = urllib.request.build_opener(_NoRedirects)
 
 
 def backoff(attempts: int) -> timedelta:
@@ -143,30 +132,26 @@ def webhook_deliver(*, delivery_id: int) -> bool:
 
 
 def _post(merchant: Merchant, delivery: WebhookDelivery) -> str | None:
-    """POST the signed payload; the error, or None when the receiver answered 2xx."""
+    """POST the signed payload to the address the URL was checked at (a redirect is never
+    followed: it could point inside our network); the error, or None on a 2xx answer."""
     try:
-        webhook_url_check(delivery.url)
+        checked = webhook_url_check(delivery.url)
     except UnsafeWebhookUrl as refused:
         return f"refused: {refused}"
     body = json.dumps(delivery.payload, sort_keys=True).encode()
-    request = urllib.request.Request(
-        delivery.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "AgentPortal-Webhooks/1",
-            "X-AgentPortal-Event": delivery.event,
-            "X-AgentPortal-Delivery": str(delivery.pk),
-            SIGNATURE_HEADER: signature(merchant.webhook_secret, body),
-        },
-    )
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "AgentPortal-Webhooks/1",
+        "X-AgentPortal-Event": delivery.event,
+        "X-AgentPortal-Delivery": str(delivery.pk),
+        SIGNATURE_HEADER: signature(merchant.webhook_secret, body),
+    }
+    connection = checked.connection(timeout=TIMEOUT_SECONDS)
     try:
-        with _opener.open(request, timeout=TIMEOUT_SECONDS) as response:
-            if 200 <= response.status < 300:
-                return None
-            return f"HTTP {response.status}"
-    except urllib.error.HTTPError as error:
-        return f"HTTP {error.code}"
-    except (urllib.error.URLError, OSError) as error:
+        connection.request("POST", checked.target, body=body, headers=headers)
+        status = connection.getresponse().status
+    except (http.client.HTTPException, OSError) as error:
         return f"{type(error).__name__}: {error}"
+    finally:
+        connection.close()
+    return None if 200 <= status < 300 else f"HTTP {status}"

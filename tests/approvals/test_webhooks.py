@@ -3,6 +3,7 @@
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -187,3 +188,32 @@ def test_a_refused_url_is_recorded_not_sent(demo, settings):
     _pause(demo)
     assert notifications.webhooks_deliver_due() == 0
     assert "refused" in WebhookDelivery.objects.get().last_error
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(demo, receiver, monkeypatch):
+    # given: a name that resolves to the receiver once, and to nothing after (a rebinding
+    # resolver would answer an inside address the second time)
+    hook = receiver()
+    port = hook.server.server_address[1]
+    demo.webhook_url = f"http://hooks.shop.test:{port}/hooks"
+    demo.save()
+    _pause(demo)
+    answers = [[(2, 1, 6, "", ("127.0.0.1", port))]]
+    real_resolve = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        if host != "hooks.shop.test":
+            return real_resolve(host, *args, **kwargs)  # an address, not a name
+        if answers:
+            return answers.pop()
+        raise OSError(f"no second lookup of {host} may happen")
+
+    monkeypatch.setattr("socket.getaddrinfo", resolve)
+
+    # when
+    delivered = notifications.webhooks_deliver_due()
+
+    # then: delivered to the checked address, under the URL's own host name
+    assert delivered == 1, WebhookDelivery.objects.get().last_error
+    [(headers, _)] = hook.requests
+    assert headers["Host"] == f"hooks.shop.test:{port}"

@@ -1,11 +1,26 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from pydantic import ValidationError
 
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
-from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, ToolExecution
+from agentportal.models import Membership, Role
+from agentportal.problems import Problem
+from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, RunStatus, ToolExecution
 from runs.releases import GRAPH_RELEASES, ReleaseManifest
-from runs.services import release_save
+from runs.services import PARKED_UNTIL, release_save, run_cancel, run_unpark
+
+
+class ParkedFilter(admin.SimpleListFilter):
+    title = "parked for an operator"
+    parameter_name = "parked"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "parked")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(status=RunStatus.RUNNING, lease_expires_at=PARKED_UNTIL)
+        return queryset
 
 
 class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -34,8 +49,9 @@ class ToolExecutionInline(ReadOnlyAdminMixin, admin.TabularInline):
 @admin.register(AgentRun)
 class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     list_display = ["id", "merchant", "account", "status", "next_node", "step", "created_at"]
-    list_filter = ["status", "graph_version", "merchant"]
+    list_filter = ["status", ParkedFilter, "graph_version", "merchant"]
     search_fields = ["id", "account__username", "idempotency_key"]
+    actions = ["cancel_selected", "unpark_selected"]
     list_select_related = ["merchant", "account"]
     date_hierarchy = "created_at"
     inlines = [RunEventInline, ModelAttemptInline, ToolExecutionInline]
@@ -58,6 +74,9 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         "control_version",
         "messages",
         "state_snapshot",
+        "wait_state",
+        "wait_deadline_at",
+        "business_cursor",
         "release_snapshot",
         "created_at",
         "updated_at",
@@ -68,7 +87,36 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     def get_list_filter(self, request):
         if request.user.is_superuser:
             return self.list_filter
-        return ["status", "graph_version"]
+        return ["status", ParkedFilter, "graph_version"]
+
+    @admin.action(description="Cancel the selected runs")
+    def cancel_selected(self, request, queryset):
+        for run in queryset:
+            try:
+                run_cancel(run=run, reason=f"cancelled by {request.user.get_username()}")
+            except Problem as problem:
+                self.message_user(request, f"Run {run.pk}: {problem.detail}", messages.WARNING)
+            else:
+                self.message_user(request, f"Run {run.pk}: cancelled.")
+
+    def has_unpark_permission(self, request) -> bool:
+        """Operators (and superusers) repair what a worker could not make sense of."""
+        return (
+            request.user.is_superuser
+            or Membership.objects.filter(
+                user=request.user, role=Role.OPERATOR, active=True
+            ).exists()
+        )
+
+    @admin.action(
+        description="Hand the selected parked runs back to the queue", permissions=["unpark"]
+    )
+    def unpark_selected(self, request, queryset):
+        for run in queryset:
+            if run_unpark(run_id=run.pk):
+                self.message_user(request, f"Run {run.pk}: back in the queue.")
+            else:
+                self.message_user(request, f"Run {run.pk}: not parked.", messages.WARNING)
 
 
 class AgentReleaseForm(forms.ModelForm):

@@ -806,6 +806,27 @@ def run_park(*, lease: Lease, reason: str) -> None:
         logger.error("run %s was no longer held when parking it", lease.run_id)
 
 
+def run_unpark(*, run_id) -> bool:
+    """Hand a run parked for an operator back to the queue, once its cause was repaired; its
+    active time starts again. False when it is not (or no longer) parked."""
+    with transaction.atomic():
+        run = run_lock(run_id)
+        if run.status != RunStatus.RUNNING or run.lease_expires_at != PARKED_UNTIL:
+            return False
+        now = timezone.now()
+        limits = run.release_snapshot["manifest"]["limits"]
+        plan = RunPlan(run)
+        plan.fields.update(
+            status=RunStatus.QUEUED,
+            lease_expires_at=None,
+            deadline_at=now + timedelta(seconds=limits["run_deadline_seconds"]),
+        )
+        plan.events.append(("run.unparked", {}))
+        _run_update_locked(run, plan, now)
+        tick_enqueue()
+    return True
+
+
 def run_fail_access_revoked(*, lease: Lease) -> None:
     """The run's shop or account lost access: fail it, whatever its copy in memory says."""
     with transaction.atomic():

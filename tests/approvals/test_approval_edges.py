@@ -68,3 +68,70 @@ def test_a_webhook_url_with_a_bad_port_does_not_break_maintain(demo, settings):
     assert "port" in WebhookDelivery.objects.get().last_error
     report = services.maintain()
     assert all(count >= 0 for count in report.values())
+
+
+def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api):
+    from django.test import Client
+
+    # given: a run parked because its snapshot was broken, which an operator then repaired
+    run = _run(demo, "I want a refund for ORD-1003 amount 20")
+    approval = Approval.objects.get(run=run)
+    api("sam").post(
+        f"/api/v1/approvals/{approval.interrupt_id}/decision",
+        {"decision": "approve"},
+        format="json",
+    )
+    good = AgentRun.objects.get(pk=run.pk).state_snapshot
+    AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**good, "version": 1})
+    worker.tick()
+    AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
+    sam, admin = Client(), Client()
+    sam.force_login(User.objects.get(username="sam"))
+    admin.force_login(User.objects.get(username="admin"))
+    parked = admin.get("/admin/runs/agentrun/?parked=yes")
+    assert str(run.pk) in parked.text
+
+    # when: a supervisor tries (the action is not theirs), then the operator
+    refused = sam.post(
+        "/admin/runs/agentrun/", {"action": "unpark_selected", "_selected_action": [run.pk]}
+    )
+    assert AgentRun.objects.get(pk=run.pk).lease_expires_at == PARKED_UNTIL
+    admin.post(
+        "/admin/runs/agentrun/",
+        {"action": "unpark_selected", "_selected_action": [run.pk]},
+        follow=True,
+    )
+    worker.tick()
+
+    # then: the run completed with the refund, once
+    run.refresh_from_db()
+    assert refused.status_code in (200, 302)
+    assert run.status == RunStatus.COMPLETED
+    assert "has been issued" in run.result
+    assert list(run.events.values_list("type", flat=True)).count("run.unparked") == 1
+    assert Approval.objects.get(run=run).status == "EXECUTED"
+
+
+def test_a_supervisor_cancels_a_run_from_the_admin_and_its_call_leaves_the_inbox(demo):
+    from django.test import Client
+
+    run = _run(demo, "I want a refund for ORD-1003 amount 20")
+    sam = Client()
+    sam.force_login(User.objects.get(username="sam"))
+
+    page = sam.post(
+        "/admin/runs/agentrun/",
+        {"action": "cancel_selected", "_selected_action": [run.pk]},
+        follow=True,
+    )
+    again = sam.post(
+        "/admin/runs/agentrun/",
+        {"action": "cancel_selected", "_selected_action": [run.pk]},
+        follow=True,
+    )
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert "cancelled." in page.text
+    assert "already ended" in again.text
+    assert Approval.objects.get(run=run).status == "CANCELLED"

@@ -23,7 +23,6 @@ from django.db.models import (
     Exists,
     IntegerField,
     OuterRef,
-    Q,
     Subquery,
     Value,
 )
@@ -320,7 +319,19 @@ class RunPlan:
         rows = self.event_rows(now)
         self.apply(now)
         if rows:
-            RunEvent.objects.bulk_create(rows)
+            _insert(
+                RunEvent,
+                [
+                    {
+                        "run": row.run_id,
+                        "seq": row.seq,
+                        "type": row.type,
+                        "data": row.data,
+                        "created_at": row.created_at,
+                    }
+                    for row in rows
+                ],
+            )
         if self.finished and previous not in FINISHED_STATUSES:
             for hook in RUN_FINISH_HOOKS:
                 hook(self.run, previous)
@@ -399,7 +410,7 @@ class AccessRevoked(Exception):
     """The run's merchant was deactivated or its account lost its membership."""
 
 
-# The same conditions as _claimable() and _running_count() below, for the raw query.
+# What is claimable, and the same running count as _running_count() below, for raw queries.
 CLAIMABLE_SQL = "(r.status = 'QUEUED' OR (r.status = 'RUNNING' AND r.lease_expires_at < %(now)s))"
 RUNNING_SQL = (
     "(SELECT COUNT(*) FROM runs_agentrun r WHERE r.merchant_id = m.id"
@@ -419,10 +430,6 @@ LIMIT 8
 """
 
 
-def _claimable(now) -> Q:
-    return Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
-
-
 def _running_count(now) -> Subquery:
     return Subquery(
         AgentRun.objects.filter(
@@ -437,6 +444,29 @@ def _running_count(now) -> Subquery:
 
 
 CLAIM_AGAIN = object()
+
+# The claim's statements, by hand like CANDIDATES_SQL (see _assignments).
+MERCHANT_LOCK_SQL = "SELECT * FROM agentportal_merchant WHERE id = %s {lock}"
+RUNNING_COUNT_SQL = (
+    "SELECT COUNT(*) FROM runs_agentrun WHERE merchant_id = %(merchant)s"
+    " AND status = 'RUNNING' AND lease_expires_at >= %(now)s"
+)
+NEXT_RUN_SQL = (
+    f"SELECT * FROM runs_agentrun r WHERE r.merchant_id = %(merchant)s AND {CLAIMABLE_SQL}"
+    " ORDER BY r.created_at LIMIT 1 {lock}"
+)
+CLAIM_UPDATE_SQL = (
+    "UPDATE runs_agentrun SET {assignments} WHERE id = %s AND status = %s AND lease_token = %s"
+)
+SCHEDULED_SQL = "UPDATE agentportal_merchant SET last_scheduled_at = %s WHERE id = %s"
+
+
+def _lock_clause(*, no_key: bool = False, skip_locked: bool = False) -> str:
+    """FOR [NO KEY] UPDATE [SKIP LOCKED] where the database has row locks (not SQLite, where
+    the IMMEDIATE transaction already holds the write lock)."""
+    if not connection.features.has_select_for_update:
+        return ""
+    return connection.ops.for_update_sql(skip_locked=skip_locked, no_key=no_key)
 
 
 def run_claim() -> Lease | None:
@@ -466,23 +496,21 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
         now = timezone.now()
         # Lock first and count after: a count taken in the locking statement would be read
         # from before the wait on PostgreSQL and miss the claim that held the lock.
-        merchant = Merchant.objects.select_for_update(no_key=True).get(pk=merchant_id)
-        running = AgentRun.objects.filter(
-            merchant_id=merchant_id, status=RunStatus.RUNNING, lease_expires_at__gte=now
-        ).count()
+        merchant = Merchant.objects.raw(
+            MERCHANT_LOCK_SQL.format(lock=_lock_clause(no_key=True)), [merchant_id]
+        )[0]
+        moment = {"merchant": merchant_id, "now": _prepared(AgentRun, "lease_expires_at", now)}
+        with connection.cursor() as cursor:
+            cursor.execute(RUNNING_COUNT_SQL, moment)
+            [running] = cursor.fetchone()
         if not merchant.active or running >= merchant.max_running_runs:
             return None
-        lock = (
-            {"skip_locked": True} if connection.features.has_select_for_update_skip_locked else {}
+        found = list(
+            AgentRun.objects.raw(NEXT_RUN_SQL.format(lock=_lock_clause(skip_locked=True)), moment)
         )
-        run = (
-            AgentRun.objects.select_for_update(**lock)
-            .filter(_claimable(now), merchant_id=merchant_id)
-            .order_by("created_at")
-            .first()
-        )
-        if run is None:
+        if not found:
             return None
+        [run] = found
         seen_status, seen_token = run.status, run.lease_token
         plan = RunPlan(run)
         lease = Lease(
@@ -502,12 +530,18 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
         elif run.next_node in (Node.LOAD, Node.MODEL):
             plan.fields["next_node"] = Node.MODEL
             attempt = _plan_attempt(plan, step=run.step)
-        won = AgentRun.objects.filter(pk=run.pk, status=seen_status, lease_token=seen_token).update(
-            **plan.row_fields(now)
-        )
-        if won != 1:
-            raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
-        Merchant.objects.filter(pk=merchant_id).update(last_scheduled_at=now)
+        assignments, params = _assignments(AgentRun, plan.row_fields(now))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                CLAIM_UPDATE_SQL.format(assignments=assignments),
+                [*params, _run_pk(run.pk), seen_status, seen_token],
+            )
+            if cursor.rowcount != 1:
+                raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
+            cursor.execute(
+                SCHEDULED_SQL,
+                [_prepared(Merchant, "last_scheduled_at", now), merchant_id],
+            )
         run.status = seen_status
         plan.write_children(now)
         run.merchant = merchant
@@ -563,7 +597,21 @@ def _plan_attempt(plan: RunPlan, *, step: int, attempt_no: int = 1) -> ModelAtte
 
 
 def _attempt_insert(attempt: ModelAttempt, lease: Lease) -> None:
-    ModelAttempt.objects.bulk_create([attempt])
+    [attempt.pk] = _insert(
+        ModelAttempt,
+        [
+            {
+                "run": attempt.run_id,
+                "step": attempt.step,
+                "attempt": attempt.attempt,
+                "status": attempt.status,
+                "usage": {},
+                "error": "",
+                "created_at": timezone.now(),
+            }
+        ],
+        returning_pk=True,
+    )
     lease.attempt_id, lease.attempt_no = attempt.pk, attempt.attempt
 
 
@@ -610,16 +658,59 @@ WHERE id = %s AND status = 'RUNNING' AND lease_token = %s AND control_version = 
 
 def _guarded_update(lease: Lease, fields: dict[str, Any]) -> int:
     """locked_run's conditional UPDATE; the number of rows it changed (1 or 0)."""
-    columns, params = [], []
-    for name, value in fields.items():
-        model_field = AgentRun._meta.get_field(name)
-        columns.append(f"{connection.ops.quote_name(model_field.column)} = %s")
-        params.append(model_field.get_db_prep_save(value, connection))
-    pk = AgentRun._meta.pk.get_db_prep_value(lease.run_id, connection)
-    params += [pk, lease.token, lease.control_version, lease.run.version, True, True]
+    assignments, params = _assignments(AgentRun, fields)
+    params += [_run_pk(lease.run_id), lease.token, lease.control_version, lease.run.version]
+    params += [True, True]
     with connection.cursor() as cursor:
-        cursor.execute(GUARDED_UPDATE_SQL.format(assignments=", ".join(columns)), params)
+        cursor.execute(GUARDED_UPDATE_SQL.format(assignments=assignments), params)
         return cursor.rowcount
+
+
+# The hot path's statements are written in SQL by hand: the ORM spent longer building them
+# than the database spent running them. These helpers keep the values' conversions the ORM's.
+
+
+def _prepared(model, name: str, value: Any) -> Any:
+    """A value as the field `name` of `model` stores it in this database."""
+    return model._meta.get_field(name).get_db_prep_save(value, connection)
+
+
+def _assignments(model, fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The SET clause of an UPDATE of `model`, with each value prepared by its field."""
+    columns = [
+        f"{connection.ops.quote_name(model._meta.get_field(name).column)} = %s" for name in fields
+    ]
+    return ", ".join(columns), [_prepared(model, name, value) for name, value in fields.items()]
+
+
+def _run_pk(run_id) -> Any:
+    return AgentRun._meta.pk.get_db_prep_value(run_id, connection)
+
+
+def _insert(model, rows: list[dict[str, Any]], *, returning_pk: bool = False) -> list[Any]:
+    """One INSERT of `rows` (field name -> value) into `model`'s table; the new primary keys
+    when asked for (both databases answer RETURNING)."""
+    names = list(rows[0])
+    model_fields = [model._meta.get_field(name) for name in names]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
+    placeholders = "(" + ", ".join(["%s"] * len(names)) + ")"
+    params = [
+        f.get_db_prep_save(row[name], connection)
+        for row in rows
+        for name, f in zip(names, model_fields, strict=True)
+    ]
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
+        f"VALUES {', '.join([placeholders] * len(rows))}"
+    )
+    with connection.cursor() as cursor:
+        if not returning_pk:
+            cursor.execute(sql, params)
+            return []
+        cursor.execute(
+            f"{sql} RETURNING {connection.ops.quote_name(model._meta.pk.column)}", params
+        )
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _raise_lost(lease: Lease) -> None:

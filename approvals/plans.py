@@ -510,6 +510,8 @@ def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
         _receipt(run, wait, event)
         ticket.status = TicketStatus.WAITING_CONFIRMATION
         details["items"] = event.data.get("items", [])
+        # What the run now waits on is the revised plan, not what the model first proposed.
+        wait = wait.model_copy(update={"tool_args": {**wait.tool_args, "items": details["items"]}})
         _wait_move(run, wait, ticket, ("plan.proposed", details))
     elif event.kind in (BusinessEventKind.APPROVED, BusinessEventKind.REJECTED):
         ticket.status = TicketStatus.WAITING_REVIEW

@@ -83,6 +83,8 @@ def test_revision_replaces_wait_and_requires_new_confirmation(demo, api):
     assert run.status == RunStatus.WAITING_USER
     assert run.wait_state["interrupt_id"] != first_wait
     assert run.wait_state["proposal_version"] == 2
+    [pending] = alice.get(f"/api/v1/runs/{run.pk}").json()["pending"]
+    assert pending["tool_args"]["items"] == items
     stale = command(alice, ticket, "confirm", proposal_version=1)
     assert (stale.status_code, stale.json()["code"]) == (409, "version_conflict")
     early = command(sam, ticket, "decide", proposal_version=2, decision="approve")

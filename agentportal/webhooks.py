@@ -24,7 +24,7 @@ class CheckedUrl:
     scheme: str
     host: str
     port: int
-    address: str
+    addresses: tuple[str, ...]  # every address the name resolved to, all checked
     target: str  # the path and query
 
     def connection(self, *, timeout: float) -> http.client.HTTPConnection:
@@ -39,7 +39,7 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         self.checked = url
 
     def connect(self):
-        self.sock = socket.create_connection((self.checked.address, self.port), self.timeout)
+        self.sock = _connect_checked(self.checked, self.timeout)
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
@@ -50,8 +50,20 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
         self.checked = url
 
     def connect(self):
-        sock = socket.create_connection((self.checked.address, self.port), self.timeout)
+        sock = _connect_checked(self.checked, self.timeout)
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def _connect_checked(url: CheckedUrl, timeout: float) -> socket.socket:
+    """A connection to the first checked address that answers, as a resolver would try
+    them, and never to an address that was not checked."""
+    error: OSError | None = None
+    for address in url.addresses:
+        try:
+            return socket.create_connection((address, url.port), timeout)
+        except OSError as failed:
+            error = failed
+    raise error or OSError(f"no address to connect to for {url.host}")
 
 
 def webhook_url_check(url: str) -> CheckedUrl:
@@ -80,8 +92,9 @@ def webhook_url_check(url: str) -> CheckedUrl:
     target = parts.path or "/"
     if parts.query:
         target = f"{target}?{parts.query}"
+    addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
     return CheckedUrl(
-        scheme=parts.scheme, host=parts.hostname, port=port, address=infos[0][4][0], target=target
+        scheme=parts.scheme, host=parts.hostname, port=port, addresses=addresses, target=target
     )
 
 

@@ -273,11 +273,9 @@ class BusinessEventInline(_HistoryInline):
     ordering = ["id"]
 
 
-class NoteActionForm(ActionForm):
-    note = forms.CharField(required=False, label="Note (to reject)", max_length=2000)
-
-
 class ReviseForm(forms.Form):
+    # The version the supervisor looked at: a colleague's newer one is never overwritten.
+    proposal_version = forms.IntegerField(widget=forms.HiddenInput)
     items = forms.JSONField(
         label="Items of the new version",
         widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
@@ -286,14 +284,22 @@ class ReviseForm(forms.Form):
     note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
 
 
+class ReviewForm(forms.Form):
+    proposal_version = forms.IntegerField(widget=forms.HiddenInput)
+    decision = forms.ChoiceField(choices=PlanDecision.choices, widget=forms.RadioSelect)
+    note = forms.CharField(
+        required=False,
+        label="Note (the customer is told; needed to reject)",
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+
 @admin.register(Ticket)
 class TicketAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     list_display = ["short_id", "status", "order", "customer", "version", "run_link", "updated_at"]
     list_filter = ["status", "merchant"]
     list_select_related = ["order", "customer", "merchant"]
     search_fields = ["id", "order__number", "customer__username"]
-    actions = ["approve_selected", "reject_selected"]
-    action_form = NoteActionForm
     inlines = [ProposalInline, ConfirmationInline, PlanReviewInline, BusinessEventInline]
     readonly_fields = [
         "id",
@@ -305,6 +311,7 @@ class TicketAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         "merchant",
         "created_at",
         "updated_at",
+        "review_link",
         "revise_link",
     ]
     fields = readonly_fields
@@ -320,6 +327,13 @@ class TicketAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     def run_link(self, ticket):
         url = reverse("admin:runs_agentrun_change", args=[ticket.run_id])
         return format_html('<a href="{}">{}</a>', url, str(ticket.run_id)[:8])
+
+    @admin.display(description="review")
+    def review_link(self, ticket):
+        if ticket.status != TicketStatus.WAITING_REVIEW:
+            return "-"
+        url = reverse("admin:approvals_ticket_review", args=[ticket.pk])
+        return format_html('<a class="button" href="{}">Approve or reject</a>', url)
 
     @admin.display(description="revise")
     def revise_link(self, ticket):
@@ -339,64 +353,79 @@ class TicketAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                 self.admin_site.admin_view(self.revise_view),
                 name="approvals_ticket_revise",
             ),
+            path(
+                "<uuid:ticket_id>/review/",
+                self.admin_site.admin_view(self.review_view),
+                name="approvals_ticket_review",
+            ),
             *super().get_urls(),
         ]
 
     def revise_view(self, request, ticket_id):
+        """A new version with edited items, for the customer to confirm again."""
+        return self._command_page(
+            request,
+            ticket_id,
+            form_class=ReviseForm,
+            initial=lambda current: {"items": current.items},
+            command=lambda ticket, principal, data: plans.ticket_revise(
+                ticket=ticket, principal=principal, **data
+            ),
+            done=lambda ticket: f"Version {ticket.version} proposed to the customer.",
+            title="Revise the plan for {order}",
+            submit="Propose this version",
+        )
+
+    def review_view(self, request, ticket_id):
+        """Approve or reject the version the customer confirmed."""
+        return self._command_page(
+            request,
+            ticket_id,
+            form_class=ReviewForm,
+            initial=lambda current: {},
+            command=lambda ticket, principal, data: plans.ticket_decide(
+                ticket=ticket, principal=principal, **data
+            ),
+            done=lambda ticket: f"Plan for {ticket.order}: {ticket.get_status_display()}.",
+            title="Review the plan for {order}",
+            submit="Record the decision",
+        )
+
+    def _command_page(
+        self, request, ticket_id, *, form_class, initial, command, done, title, submit
+    ):
+        """A plan command's page: the form carries the version the supervisor saw, so a plan
+        that changed meanwhile is refused (409), never acted on unseen."""
         ticket = get_object_or_404(self.get_queryset(request), pk=ticket_id)
         current = ticket.proposals.get(version=ticket.version)
-        form = ReviseForm(request.POST or None, initial={"items": current.items})
+        form = form_class(
+            request.POST or None,
+            initial={"proposal_version": current.version, **initial(current)},
+        )
         if request.method == "POST" and form.is_valid():
             try:
-                ticket = plans.ticket_revise(
-                    ticket=ticket,
-                    principal=plans.ticket_principal(ticket=ticket, user=request.user),
-                    proposal_version=current.version,
-                    note=form.cleaned_data["note"],
-                    items=form.cleaned_data["items"],
+                ticket = command(
+                    ticket,
+                    plans.ticket_principal(ticket=ticket, user=request.user),
+                    form.cleaned_data,
                 )
             except Problem as problem:
                 for error in problem.errors or []:
                     form.add_error(None, f"{error['field']}: {error['message']}")
                 form.add_error(None, problem.detail)
             else:
-                self.message_user(request, f"Version {ticket.version} proposed to the customer.")
+                self.message_user(request, done(ticket))
                 return redirect("admin:approvals_ticket_change", ticket.pk)
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Revise the plan for {ticket.order}",
+            "title": title.format(order=ticket.order),
             "ticket": ticket,
             "current": current,
             "form": form,
+            "submit": submit,
             "opts": self.model._meta,
         }
-        return TemplateResponse(request, "admin/approvals/ticket/revise.html", context)
-
-    def _decide_selected(self, request, queryset, decision: str, done: str):
-        note = request.POST.get("note", "")
-        for ticket in queryset.select_related("merchant"):
-            try:
-                plans.ticket_decide(
-                    ticket=ticket,
-                    principal=plans.ticket_principal(ticket=ticket, user=request.user),
-                    proposal_version=ticket.version,
-                    decision=decision,
-                    note=note,
-                )
-            except Problem as problem:
-                self.message_user(
-                    request, f"Plan for {ticket.order}: {problem.detail}", messages.WARNING
-                )
-            else:
-                self.message_user(request, f"Plan for {ticket.order}: {done}.")
-
-    @admin.action(description="Approve the selected plans")
-    def approve_selected(self, request, queryset):
-        self._decide_selected(request, queryset, PlanDecision.APPROVE, "approved")
-
-    @admin.action(description="Reject the selected plans (with the note above)")
-    def reject_selected(self, request, queryset):
-        self._decide_selected(request, queryset, PlanDecision.REJECT, "rejected")
+        return TemplateResponse(request, "admin/approvals/ticket/command.html", context)
 
 
 @admin.register(FollowupRequest)

@@ -25,5 +25,6 @@ class ApprovalsConfig(AppConfig):
         run_services.RUN_FINISH_HOOKS.append(plans.plans_on_run_finish)
         run_services.MAINTENANCE_HOOKS.append(services.approvals_expire_due)
         run_services.MAINTENANCE_HOOKS.append(plans.plans_reconcile_due)
+        run_services.WAIT_EXPIRY_HOOKS.append(plans.plan_events_apply_locked)
         run_services.MAINTENANCE_HOOKS.append(notifications.webhooks_wake)
         run_selectors.PENDING_PROVIDERS.append(services.approval_pending)

@@ -12,6 +12,7 @@ Lock order: Conversation -> AgentRun -> Ticket.
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -224,65 +225,80 @@ def reconcile_enqueue(run_id) -> None:
     async_task("approvals.tasks.reconcile", str(run_id))
 
 
+@dataclass(frozen=True)
+class TicketMove:
+    """What a command does to a ticket: from which statuses, to which, with which event."""
+
+    allowed: tuple[str, ...]
+    status: str
+    kind: str
+    data: dict[str, Any]
+    new_version: bool = False
+    # Writes the command's own record (a confirmation, a proposal, a review).
+    record: Callable[[Ticket, int], None] | None = None
+
+
 def _ticket_command(
-    *,
-    ticket: Ticket,
-    principal: Principal,
-    proposal_version: int,
-    allowed: tuple[str, ...],
-    status: str,
-    kind: str,
-    data: dict[str, Any],
-    new_version: bool = False,
-    record: Callable[[Ticket, int], None] | None = None,
+    *, ticket: Ticket, principal: Principal, proposal_version: int, move: TicketMove
 ) -> Ticket:
-    """One command on a ticket: check the version and the state under the ticket's lock,
-    move it by a conditional UPDATE, write its record and its BusinessEvent, and on commit
-    have the run reconcile.
+    """One command on a ticket, in one transaction; on commit the run reconciles.
 
     The run is locked first, as the lock order says: ending a run cancels its open tickets
     under the run's lock, and the event's reference to the run would otherwise wait for that
-    lock while holding the ticket's (a deadlock on PostgreSQL).
+    lock while holding the ticket's (a deadlock on PostgreSQL). A wait past its deadline is
+    expired first, and the command refused.
     """
     with transaction.atomic():
-        run_services.run_lock(ticket.run_id)
-        locked = Ticket.objects.select_for_update().get(pk=ticket.pk)
-        if locked.version != proposal_version:
-            raise Problem(
-                409,
-                "version_conflict",
-                f"The plan is at version {locked.version}, not {proposal_version}.",
-                proposal_version=locked.version,
-            )
-        if locked.status not in allowed:
-            raise Problem(
-                409,
-                "invalid_transition",
-                f"The plan is {locked.status}; that is not possible now.",
-                ticket_status=locked.status,
-            )
-        version = locked.version + 1 if new_version else locked.version
-        moved = Ticket.objects.filter(
-            pk=locked.pk, status=locked.status, version=locked.version
-        ).update(status=status, version=version, updated_at=timezone.now())
-        if moved != 1:
-            raise transaction.TransactionManagementError("ticket changed under its lock")
-        if record is not None:
-            record(locked, version)
-        BusinessEvent.objects.create(
-            merchant_id=locked.merchant_id,
-            ticket=locked,
-            run_id=locked.run_id,
-            kind=kind,
-            proposal_version=version,
-            actor=principal.name,
-            actor_user=principal.user,
-            actor_key=principal.api_key if principal.user is None else None,
-            data=data,
+        run = run_services.run_lock(ticket.run_id)
+        expired = run_services.run_wait_expire_locked(run)
+        if not expired:
+            _ticket_move_locked(ticket.pk, principal, proposal_version, move)
+    if expired:
+        # Committed above: the run failed with WAIT_EXPIRED and its plan was cancelled.
+        raise Problem(410, "interrupt_expired", "Nobody answered in time; the plan was closed.")
+    return Ticket.objects.get(pk=ticket.pk)
+
+
+def _ticket_move_locked(
+    ticket_id, principal: Principal, proposal_version: int, move: TicketMove
+) -> None:
+    """Check the version and the state under the ticket's lock, move it by a conditional
+    UPDATE, write the record and the BusinessEvent. Call holding the run's lock."""
+    locked = Ticket.objects.select_for_update().get(pk=ticket_id)
+    if locked.version != proposal_version:
+        raise Problem(
+            409,
+            "version_conflict",
+            f"The plan is at version {locked.version}, not {proposal_version}.",
+            proposal_version=locked.version,
         )
-        transaction.on_commit(partial(reconcile_enqueue, locked.run_id), robust=True)
-    locked.refresh_from_db()
-    return locked
+    if locked.status not in move.allowed:
+        raise Problem(
+            409,
+            "invalid_transition",
+            f"The plan is {locked.status}; that is not possible now.",
+            ticket_status=locked.status,
+        )
+    version = locked.version + 1 if move.new_version else locked.version
+    moved = Ticket.objects.filter(
+        pk=locked.pk, status=locked.status, version=locked.version
+    ).update(status=move.status, version=version, updated_at=timezone.now())
+    if moved != 1:
+        raise transaction.TransactionManagementError("ticket changed under its lock")
+    if move.record is not None:
+        move.record(locked, version)
+    BusinessEvent.objects.create(
+        merchant_id=locked.merchant_id,
+        ticket=locked,
+        run_id=locked.run_id,
+        kind=move.kind,
+        proposal_version=version,
+        actor=principal.name,
+        actor_user=principal.user,
+        actor_key=principal.api_key if principal.user is None else None,
+        data=move.data,
+    )
+    transaction.on_commit(partial(reconcile_enqueue, locked.run_id), robust=True)
 
 
 def ticket_principal(*, ticket: Ticket, user) -> Principal:
@@ -316,11 +332,13 @@ def ticket_confirm(*, ticket: Ticket, principal: Principal, proposal_version: in
         ticket=ticket,
         principal=principal,
         proposal_version=proposal_version,
-        allowed=(TicketStatus.WAITING_CONFIRMATION,),
-        status=TicketStatus.WAITING_REVIEW,
-        kind=BusinessEventKind.CONFIRMED,
-        data={},
-        record=record,
+        move=TicketMove(
+            allowed=(TicketStatus.WAITING_CONFIRMATION,),
+            status=TicketStatus.WAITING_REVIEW,
+            kind=BusinessEventKind.CONFIRMED,
+            data={},
+            record=record,
+        ),
     )
 
 
@@ -365,10 +383,12 @@ def ticket_revise(
             ticket=ticket,
             principal=principal,
             proposal_version=proposal_version,
-            allowed=(TicketStatus.WAITING_CONFIRMATION,),
-            status=TicketStatus.NEEDS_REVISION,
-            kind=BusinessEventKind.CHANGES_REQUESTED,
-            data={"note": note},
+            move=TicketMove(
+                allowed=(TicketStatus.WAITING_CONFIRMATION,),
+                status=TicketStatus.NEEDS_REVISION,
+                kind=BusinessEventKind.CHANGES_REQUESTED,
+                data={"note": note},
+            ),
         )
     plan_supervisor_check(principal, "revise")
     if items is None:
@@ -394,12 +414,14 @@ def ticket_revise(
         ticket=ticket,
         principal=principal,
         proposal_version=proposal_version,
-        allowed=TICKET_OPEN_STATUSES,
-        status=TicketStatus.WAITING_CONFIRMATION,
-        kind=BusinessEventKind.REVISED,
-        data={"items": cleaned, "note": note},
-        new_version=True,
-        record=record,
+        move=TicketMove(
+            allowed=TICKET_OPEN_STATUSES,
+            status=TicketStatus.WAITING_CONFIRMATION,
+            kind=BusinessEventKind.REVISED,
+            data={"items": cleaned, "note": note},
+            new_version=True,
+            record=record,
+        ),
     )
 
 
@@ -438,11 +460,13 @@ def ticket_decide(
         ticket=ticket,
         principal=principal,
         proposal_version=proposal_version,
-        allowed=(TicketStatus.WAITING_REVIEW,),
-        status=TicketStatus.APPROVED if approve else TicketStatus.REJECTED,
-        kind=BusinessEventKind.APPROVED if approve else BusinessEventKind.REJECTED,
-        data={"note": note},
-        record=record,
+        move=TicketMove(
+            allowed=(TicketStatus.WAITING_REVIEW,),
+            status=TicketStatus.APPROVED if approve else TicketStatus.REJECTED,
+            kind=BusinessEventKind.APPROVED if approve else BusinessEventKind.REJECTED,
+            data={"note": note},
+            record=record,
+        ),
     )
 
 
@@ -460,26 +484,37 @@ def plan_reconcile(*, run_id) -> int:
     if cursor is None or not BusinessEvent.objects.filter(run_id=run_id, pk__gt=cursor).exists():
         return 0
     with transaction.atomic():
-        run = run_services.run_lock(run_id)
-        events = list(
-            BusinessEvent.objects.filter(run_id=run_id, pk__gt=run.business_cursor)
-            .select_related("actor_user")
-            .order_by("pk")
-        )
-        for event in events:
-            _event_apply(run, event)
-        if events:
-            AgentRun.objects.filter(pk=run_id).update(business_cursor=events[-1].pk)
+        return plan_events_apply_locked(run_services.run_lock(run_id))
+
+
+def plan_events_apply_locked(run: AgentRun) -> int:
+    """Apply the run's business events after its cursor, in order, and move the cursor past
+    them; return how many. Call holding the run's lock.
+
+    A run whose wait state is unusable keeps its cursor: once an operator repairs it, the
+    events are applied then, not lost.
+    """
+    events = list(
+        BusinessEvent.objects.filter(run_id=run.pk, pk__gt=run.business_cursor)
+        .select_related("actor_user")
+        .order_by("pk")
+    )
+    try:
+        wait_parse(run.wait_state)
+    except SnapshotError:
+        logger.error("run %s has an invalid wait state; left for an operator", run.pk)
+        return 0
+    for event in events:
+        _event_apply(run, event)
+    if events:
+        AgentRun.objects.filter(pk=run.pk).update(business_cursor=events[-1].pk)
+        run.business_cursor = events[-1].pk
     return len(events)
 
 
 def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
     """Apply one event to the run, if the run still waits for it. Call holding the run's lock."""
-    try:
-        wait = wait_parse(run.wait_state)
-    except SnapshotError:
-        logger.error("run %s has an invalid wait state; left for an operator", run.pk)
-        return
+    wait = wait_parse(run.wait_state)
     if run.status not in WAITING_STATUSES or wait is None or wait.ticket_id != str(event.ticket_id):
         return  # the run no longer waits on this plan (cancelled, expired, taken over)
     details = {
@@ -557,7 +592,8 @@ def _receipt(run: AgentRun, wait: WaitState, event: BusinessEvent) -> RunInput:
     return RunInput.objects.create(
         run=run,
         interrupt_id=wait.interrupt_id,
-        idempotency_key=f"business-event:{event.pk}",
+        # A space: no client's Idempotency-Key can take this receipt's key.
+        idempotency_key=f"business event {event.pk}",
         kind=wait.kind,
         payload={"event": event.kind, "proposal_version": event.proposal_version},
         source_event_id=event.pk,

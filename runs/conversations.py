@@ -110,7 +110,8 @@ def _answer_locked(conversation: Conversation, message: ConversationMessage) -> 
         run,
         wait=wait,
         text=message.text,
-        idempotency_key=f"message:{message.pk}",
+        # A space: no client's Idempotency-Key can take this receipt's key.
+        idempotency_key=f"chat message {message.pk}",
         request_hash="",
         author=conversation.customer.get_username(),
     )

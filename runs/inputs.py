@@ -108,6 +108,13 @@ def run_input_accept(
             wait = _wait_answerable(locked, request)
             if services.run_wait_expire_locked(locked):
                 expired = True
+            elif locked.version != request.run_version:
+                raise Problem(
+                    409,
+                    "version_conflict",
+                    f"The run is at version {locked.version}, not {request.run_version}.",
+                    run_version=locked.version,
+                )
             else:
                 receipt = input_resume_locked(
                     locked,
@@ -181,8 +188,8 @@ def clarification_pending_locked(run: AgentRun) -> WaitState | None:
 
 
 def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
-    """The run's clarification wait, if this input may answer it; a problem otherwise.
-    Call holding the run's lock."""
+    """The run's clarification wait, if this input may answer it (its version is checked
+    after its deadline); a problem otherwise. Call holding the run's lock."""
     try:
         wait = wait_parse(run.wait_state)
     except SnapshotError as error:
@@ -205,11 +212,4 @@ def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
         )
     if wait.interrupt_id != request.interrupt_id:
         raise Problem(409, "interrupt_mismatch", "That is not what this run is waiting for.")
-    if run.version != request.run_version:
-        raise Problem(
-            409,
-            "version_conflict",
-            f"The run is at version {run.version}, not {request.run_version}.",
-            run_version=run.version,
-        )
     return wait

@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 # Each is called inside the transaction that holds the run's lock.
 RUN_FINISH_HOOKS: list[Callable[[AgentRun, str], None]] = []
 MAINTENANCE_HOOKS: list[Callable[[], int]] = []
+# Called with a run whose wait is about to expire, holding its lock (run_wait_expire_locked).
+WAIT_EXPIRY_HOOKS: list[Callable[[AgentRun], object]] = []
 
 
 def _config(name: str) -> Any:
@@ -785,10 +787,12 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
             ("run.completed", {"result": commit.complete_with}),
             result=commit.complete_with,
         )
+    elif commit.run_fields.get("status", RunStatus.RUNNING) != RunStatus.RUNNING:
+        # A pause: the run waits for a person. Waiting does not count against the deadline,
+        # which restarts on the resume, so a pause wins over a deadline that just passed.
+        pass
     elif run.deadline_at is not None and run.deadline_at <= now:
         plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
-    elif commit.run_fields.get("status", RunStatus.RUNNING) != RunStatus.RUNNING:
-        pass  # a pause: the run waits for a person
     elif lease.slice_spent():
         # Back to the queue in this same commit; the next claim records the model attempt.
         plan.fields.update(status=RunStatus.QUEUED, lease_expires_at=None)
@@ -987,14 +991,26 @@ def waits_expire() -> int:
     return failed
 
 
+def _wait_due(run: AgentRun) -> bool:
+    return (
+        run.status in WAITING_STATUSES
+        and run.wait_deadline_at is not None
+        and run.wait_deadline_at <= timezone.now()
+    )
+
+
 def run_wait_expire_locked(run: AgentRun) -> bool:
     """Fail a run whose wait is past its deadline; False if it is not (or no longer) due.
-    Call holding the run's lock, inside the transaction."""
-    if (
-        run.status not in WAITING_STATUSES
-        or run.wait_deadline_at is None
-        or run.wait_deadline_at > timezone.now()
-    ):
+
+    The domain's hooks first settle what was decided in time but not applied yet (a plan
+    approved before the deadline whose reconcile task is late): a late task only delays.
+    Call holding the run's lock, inside the transaction.
+    """
+    if not _wait_due(run):
+        return False
+    for hook in WAIT_EXPIRY_HOOKS:
+        hook(run)
+    if not _wait_due(run):
         return False
     run_fail_locked(run, code=ErrorCode.WAIT_EXPIRED, detail="Nobody answered the run in time.")
     return True

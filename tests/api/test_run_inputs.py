@@ -143,3 +143,9 @@ def test_a_service_key_looks_up_a_receipt_and_customers_may_not(waiting, api):
     assert found.json()["run"]["id"] == str(waiting.pk)
     assert_problem(missing, 404, "not_found")
     assert_problem(customer, 403, "permission_denied")
+
+
+def test_an_expired_wait_answers_410_before_a_stale_version(waiting, api):
+    with time_machine.travel(timezone.now() + timedelta(hours=24, seconds=1)):
+        late = _answer(api("alice"), waiting, run_version=waiting.version - 1)
+    assert_problem(late, 410, "interrupt_expired")

@@ -3,7 +3,7 @@
 from django.contrib.auth.models import User
 from django.test import Client
 
-from approvals.models import Proposal, TicketStatus
+from approvals.models import PlanReview, Proposal, TicketStatus
 from tests.approvals.plan_helpers import command, exchange_run, reconcile, ticket_of
 
 
@@ -29,24 +29,25 @@ def test_a_supervisor_sees_the_plan_and_its_history_and_oscar_does_not(demo, api
     assert foreign.status_code in (302, 404)
 
 
-def test_approve_and_reject_actions_decide_through_the_service(demo, api):
-    approved = ticket_of(exchange_run(demo))
-    command(api("alice"), approved, "confirm")
-    unconfirmed = ticket_of(
-        exchange_run(demo, "exchange the shoes of ORD-2001 for size 43", customer="bob")
-    )
+def test_the_review_page_decides_the_version_the_supervisor_saw(demo, api):
+    run = exchange_run(demo)
+    ticket = ticket_of(run)
+    command(api("alice"), ticket, "confirm")
+    sam = _signed_in("sam")
+    url = f"/admin/approvals/ticket/{ticket.pk}/review/"
 
-    response = _signed_in("sam").post(
-        "/admin/approvals/ticket/",
-        {"action": "approve_selected", "_selected_action": [approved.pk, unconfirmed.pk]},
-        follow=True,
-    )
+    page = sam.get(url)
+    no_note = sam.post(url, {"proposal_version": 1, "decision": "reject", "note": ""})
+    stale = sam.post(url, {"proposal_version": 2, "decision": "approve", "note": ""})
+    approved = sam.post(url, {"proposal_version": 1, "decision": "approve"}, follow=True)
 
-    assert response.status_code == 200
-    assert ticket_of(approved.run).status == TicketStatus.APPROVED
-    assert ticket_of(unconfirmed.run).status == TicketStatus.WAITING_CONFIRMATION
-    assert "approved" in response.text
-    assert "not possible now" in response.text
+    assert 'name="proposal_version" value="1"' in page.text
+    assert "needs a note" in no_note.text
+    assert "not 2" in stale.text
+    assert approved.status_code == 200
+    assert "Approved" in approved.text
+    assert ticket_of(run).status == TicketStatus.APPROVED
+    assert PlanReview.objects.get().reviewer.username == "sam"
 
 
 def test_the_revise_page_proposes_a_new_version_or_shows_what_is_wrong(demo, api):
@@ -55,17 +56,14 @@ def test_the_revise_page_proposes_a_new_version_or_shows_what_is_wrong(demo, api
     sam = _signed_in("sam")
     url = f"/admin/approvals/ticket/{ticket.pk}/revise/"
 
-    bad = sam.post(url, {"items": '[{"sku": "HAT", "new_sku": "HAT-2"}]', "note": ""})
-    good = sam.post(
-        url,
-        {
-            "items": '[{"sku": "SHOE-TRAIL-42", "new_sku": "SHOE-TRAIL-41", "quantity": 1}]',
-            "note": "41 fits",
-        },
-        follow=True,
-    )
+    items = '[{"sku": "SHOE-TRAIL-42", "new_sku": "SHOE-TRAIL-41", "quantity": 1}]'
+    bad = sam.post(url, {"proposal_version": 1, "items": '[{"sku": "HAT", "new_sku": "H"}]'})
+    good = sam.post(url, {"proposal_version": 1, "items": items, "note": "41 fits"}, follow=True)
+    # a colleague's page, opened at version 1, cannot overwrite version 2
+    stale = sam.post(url, {"proposal_version": 1, "items": items, "note": "me too"})
 
     assert bad.status_code == 200 and "not part of ORD-1002" in bad.text
+    assert "not 1" in stale.text
     assert good.status_code == 200
     assert Proposal.objects.filter(ticket=ticket).count() == 2
     assert ticket_of(run).version == 2

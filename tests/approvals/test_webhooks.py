@@ -217,3 +217,26 @@ def test_the_connection_goes_to_the_address_that_was_checked(demo, receiver, mon
     assert delivered == 1, WebhookDelivery.objects.get().last_error
     [(headers, _)] = hook.requests
     assert headers["Host"] == f"hooks.shop.test:{port}"
+
+
+def test_every_checked_address_is_tried_and_no_other(demo, receiver, monkeypatch):
+    # given: a name with two addresses, the first of which does not answer
+    hook = receiver()
+    port = hook.server.server_address[1]
+    demo.webhook_url = f"http://hooks.shop.test:{port}/hooks"
+    demo.save()
+    _pause(demo)
+    real_resolve = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        if host == "hooks.shop.test":
+            return [
+                (2, 1, 6, "", ("127.0.0.2", port + 1)),
+                (2, 1, 6, "", ("127.0.0.1", port)),
+            ]
+        return real_resolve(host, *args, **kwargs)
+
+    monkeypatch.setattr("socket.getaddrinfo", resolve)
+
+    assert notifications.webhooks_deliver_due() == 1, WebhookDelivery.objects.get().last_error
+    assert len(hook.requests) == 1

@@ -100,7 +100,7 @@ class ConversationMachine(RuleBasedStateMachine):
         )
         runs = AgentRun.objects.filter(conversation__isnull=False).values_list("pk", flat=True)
         assert set(run_ids) == set(runs)
-        answers = RunInput.objects.filter(idempotency_key__startswith="message:")
+        answers = RunInput.objects.filter(idempotency_key__startswith="chat message ")
         assert answers.count() == len(run_ids) - len(set(run_ids))
 
     @invariant()

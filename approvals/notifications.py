@@ -10,6 +10,7 @@ import http.client
 import json
 import logging
 from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -35,25 +36,63 @@ def backoff(attempts: int) -> timedelta:
 
 def approval_requested_notify(*, approval: Approval) -> None:
     """Queue the notifications of a new pending call. Call inside the transaction that writes
-    the Approval: the outbox row commits with it, and delivery starts after the commit."""
-    merchant = approval.merchant
+    the Approval."""
+    _supervisors_notify(
+        merchant=approval.merchant,
+        event="approval.requested",
+        payload={
+            "interrupt_id": approval.interrupt_id,
+            "run_id": str(approval.run_id),
+            "tool_name": approval.tool_name,
+            "tool_args": approval.proposed_args,
+            "expires_at": approval.expires_at.isoformat(),
+        },
+        subject=f"Approval needed: {approval.tool_name} ({approval.interrupt_id})",
+        body=(
+            f"The agent wants to run {approval.tool_name} with {approval.proposed_args}.\n"
+            f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC: "
+            f"/portal/approvals/{approval.interrupt_id}/"
+        ),
+    )
+
+
+def plan_waits_for_supervisor_notify(
+    *, merchant: Merchant, ticket_id, run_id, proposal_version: int, summary: str, note: str
+) -> None:
+    """Queue the notifications of a plan that now needs a supervisor: confirmed by its
+    customer (review it), or with changes asked for (`note`: propose a new version). Call
+    inside the transaction that moves the run to the review."""
+    action = "asked for changes: " + note if note else "confirmed the plan"
+    _supervisors_notify(
+        merchant=merchant,
+        event="plan.review_requested",
+        payload={
+            "ticket_id": str(ticket_id),
+            "run_id": str(run_id),
+            "proposal_version": proposal_version,
+            "summary": summary,
+            "changes_requested": note or None,
+        },
+        subject=f"Exchange plan waiting for you (v{proposal_version})",
+        body=f"The customer {action}.\nPlan: {summary}\n/portal/tickets/{ticket_id}/",
+    )
+
+
+def _supervisors_notify(
+    *, merchant: Merchant, event: str, payload: dict, subject: str, body: str
+) -> None:
+    """A signed webhook in the outbox (it commits with the caller's transaction; delivery
+    starts after the commit) and an email to the shop's supervisors after the commit."""
     if merchant.webhook_url:
         WebhookDelivery.objects.create(
             merchant=merchant,
-            event="approval.requested",
-            payload={
-                "event": "approval.requested",
-                "interrupt_id": approval.interrupt_id,
-                "run_id": str(approval.run_id),
-                "tool_name": approval.tool_name,
-                "tool_args": approval.proposed_args,
-                "expires_at": approval.expires_at.isoformat(),
-            },
+            event=event,
+            payload={"event": event, **payload},
             url=merchant.webhook_url,
             next_attempt_at=timezone.now(),
         )
         transaction.on_commit(_deliveries_enqueue, robust=True)
-    transaction.on_commit(lambda: _email_supervisors(approval), robust=True)
+    transaction.on_commit(partial(_email_supervisors, merchant, subject, body), robust=True)
 
 
 def _deliveries_enqueue() -> None:
@@ -62,25 +101,19 @@ def _deliveries_enqueue() -> None:
     async_task("approvals.tasks.deliver_webhooks")
 
 
-def _email_supervisors(approval: Approval) -> None:
-    recipients = [
-        m.user.email for m in supervisor_memberships(merchant=approval.merchant) if m.user.email
-    ]
+def _email_supervisors(merchant: Merchant, subject: str, body: str) -> None:
+    recipients = [m.user.email for m in supervisor_memberships(merchant=merchant) if m.user.email]
     if not recipients:
         return
     try:
         send_mail(
-            subject=f"Approval needed: {approval.tool_name} ({approval.interrupt_id})",
-            message=(
-                f"The agent wants to run {approval.tool_name} with {approval.proposed_args}.\n"
-                f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC: "
-                f"/portal/approvals/{approval.interrupt_id}/"
-            ),
+            subject=subject,
+            message=body,
             from_email=settings.DEFAULT_FROM_EMAIL,
             recipient_list=recipients,
         )
     except Exception:
-        logger.exception("could not email the supervisors about %s", approval.interrupt_id)
+        logger.exception("could not email the supervisors of %s: %s", merchant.slug, subject)
 
 
 def webhooks_wake() -> int:

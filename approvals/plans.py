@@ -24,7 +24,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from agentportal.principals import Principal
 from agentportal.problems import Problem
 from agentportal.selectors import principal_for_user
-from approvals import selectors
+from approvals import notifications, selectors
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     BusinessEvent,
@@ -533,12 +533,21 @@ def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
         if wait.interrupt_id != _wait_id(ticket):
             return
         _receipt(run, wait, event)
+        note = event.data.get("note", "")
         if event.kind == BusinessEventKind.CONFIRMED:
             ticket.status, name = TicketStatus.WAITING_REVIEW, "plan.confirmed"
         else:
             ticket.status, name = TicketStatus.NEEDS_REVISION, "plan.changes_requested"
-            details["note"] = event.data.get("note", "")
+            details["note"] = note
         _wait_move(run, wait, ticket, (name, details))
+        notifications.plan_waits_for_supervisor_notify(
+            merchant=run.merchant,
+            ticket_id=event.ticket_id,
+            run_id=run.pk,
+            proposal_version=event.proposal_version,
+            summary=proposal_summary(wait.tool_args["items"]),
+            note=note if event.kind == BusinessEventKind.CHANGES_REQUESTED else "",
+        )
     elif event.kind == BusinessEventKind.REVISED:
         if wait.proposal_version != event.proposal_version - 1:
             return

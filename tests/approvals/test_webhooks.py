@@ -240,3 +240,32 @@ def test_every_checked_address_is_tried_and_no_other(demo, receiver, monkeypatch
 
     assert notifications.webhooks_deliver_due() == 1, WebhookDelivery.objects.get().last_error
     assert len(hook.requests) == 1
+
+
+def test_a_plan_waiting_for_review_is_announced_to_the_supervisors(
+    demo, api, receiver, django_capture_on_commit_callbacks, mailoutbox
+):
+    from tests.approvals.plan_helpers import command, exchange_run, reconcile, ticket_of
+
+    # given: a shop with a webhook and a supervisor with an email address
+    hook = receiver()
+    User.objects.filter(username="sam").update(email="sam@shop.test")
+    run = exchange_run(demo)
+    ticket = ticket_of(run)
+
+    # when: the customer confirms and the run reconciles
+    command(api("alice"), ticket, "confirm")
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile(run)
+
+    # then: a signed webhook and an email point the supervisors to the plan
+    delivery = WebhookDelivery.objects.get(event="plan.review_requested")
+    assert delivery.payload["ticket_id"] == str(ticket.pk)
+    assert delivery.payload["changes_requested"] is None
+    assert notifications.webhooks_deliver_due() == 1
+    [(headers, body)] = hook.requests
+    assert headers["X-AgentPortal-Event"] == "plan.review_requested"
+    assert json.loads(body)["summary"] == "exchange 1 x SHOE-TRAIL-42 for SHOE-TRAIL-43"
+    [email] = mailoutbox
+    assert set(email.to) == {"sam@shop.test", "sue@example.com"}
+    assert f"/portal/tickets/{ticket.pk}/" in email.body

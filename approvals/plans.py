@@ -38,7 +38,7 @@ from approvals.models import (
     TicketStatus,
 )
 from approvals.services import decider_still_allowed
-from approvals.tools import ExchangeItem, exchange_items_problem
+from approvals.tools import ExchangeItems, exchange_items_problem
 from runs import services as run_services
 from runs.inputs import wait_pause
 from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolStatus
@@ -49,6 +49,8 @@ from runs.tools import Tool
 from runs.worker import ToolOutcome
 
 logger = logging.getLogger(__name__)
+
+EXCHANGE_ITEMS = TypeAdapter(ExchangeItems)
 
 FINAL_STATUSES = (TicketStatus.APPROVED, TicketStatus.REJECTED, TicketStatus.CANCELLED)
 
@@ -345,7 +347,7 @@ def ticket_confirm(*, ticket: Ticket, principal: Principal, proposal_version: in
 def exchange_items_validate(*, order: Order, items: Any) -> list[dict[str, Any]]:
     """A supervisor's edited items, checked like the tool's own arguments; 400 otherwise."""
     try:
-        parsed = TypeAdapter(list[ExchangeItem]).validate_python(items)
+        parsed = EXCHANGE_ITEMS.validate_python(items)
     except ValidationError as error:
         raise Problem(
             400,
@@ -357,7 +359,7 @@ def exchange_items_validate(*, order: Order, items: Any) -> list[dict[str, Any]]
             ],
         ) from error
     cleaned = [item.model_dump(mode="json") for item in parsed]
-    problem = "at least one item" if not cleaned else exchange_items_problem(order, cleaned)
+    problem = exchange_items_problem(order, cleaned)
     if problem:
         raise Problem(
             400, "validation_error", problem, errors=[{"field": "items", "message": problem}]

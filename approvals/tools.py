@@ -4,7 +4,7 @@ customer and shop: an order of another customer does not exist for this run."""
 import time
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -52,9 +52,13 @@ class ExchangeItem(_Args):
     quantity: int = Field(default=1, ge=1, le=20)
 
 
+# One to ten lines: the tool's arguments and a supervisor's revision alike.
+ExchangeItems = Annotated[list[ExchangeItem], Field(min_length=1, max_length=10)]
+
+
 class ExchangeProposalArgs(_Args):
     order_id: str = Field(pattern=ORDER_NUMBER)
-    items: list[ExchangeItem] = Field(min_length=1, max_length=10)
+    items: ExchangeItems
 
 
 class FollowupArgs(_Args):

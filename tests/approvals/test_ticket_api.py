@@ -73,6 +73,9 @@ def test_the_ticket_list_costs_the_same_queries_at_any_size(demo, api):
     assert len(three.captured_queries) == len(one.captured_queries)
 
 
+ITEM = {"sku": "SHOE-TRAIL-42", "new_sku": "SHOE-TRAIL-43", "quantity": 1}
+
+
 def test_bad_command_bodies_are_400_and_change_nothing(demo, api):
     ticket = ticket_of(exchange_run(demo))
     alice, sam = api("alice"), api("sam")
@@ -95,6 +98,8 @@ def test_bad_command_bodies_are_400_and_change_nothing(demo, api):
             "items",
         ),
         (sam, "decide", {"proposal_version": 1, "decision": "maybe"}, "decision"),
+        (sam, "revise", {"proposal_version": 1, "items": []}, "items"),
+        (sam, "revise", {"proposal_version": 1, "items": [ITEM] * 11}, "items"),
     ]
     for client, action, body, field in cases:
         response = client.post(f"/api/v1/tickets/{ticket.pk}/{action}", body, format="json")

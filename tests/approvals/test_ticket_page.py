@@ -39,7 +39,7 @@ def test_the_customer_confirms_and_the_supervisor_approves_on_the_page(demo):
     assert f"/portal/tickets/{ticket.pk}/" in inbox.text
 
     approved = _act(sam, ticket, "approve")
-    assert "Approved" in approved.text
+    assert "Approved by sam" in approved.text
     assert ticket_of(run).status == TicketStatus.APPROVED
     again = _act(sam, ticket, "approve")
     assert again.status_code == 200 and "Nothing was changed" in again.text
@@ -70,3 +70,18 @@ def test_the_chat_links_the_plan_that_waits_for_the_customer(demo):
     ticket = ticket_of(User.objects.get(username="alice").agent_runs.get())
     assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/chat/messages/").text
     assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/").text
+
+
+def test_a_rejected_plan_says_so_with_the_note(demo, api):
+    from tests.approvals.plan_helpers import command
+
+    ticket = ticket_of(exchange_run(demo))
+    command(api("alice"), ticket, "confirm")
+
+    rejected = _act(_signed_in("sam"), ticket, "reject", note="worn soles")
+
+    assert "Rejected by sam: worn soles" in rejected.text
+    assert (
+        "Rejected by sam: worn soles"
+        in _signed_in("alice").get(f"/portal/tickets/{ticket.pk}/").text
+    )

@@ -591,6 +591,10 @@ def _review_apply(run: AgentRun, wait: WaitState, event: BusinessEvent, details:
             code=ErrorCode.APPROVER_REVOKED,
             detail=f"{event.actor} no longer holds a deciding role.",
         )
+        # Nothing may act on an approval its run refused: the plan ends with its run.
+        Ticket.objects.filter(pk=event.ticket_id, status=TicketStatus.APPROVED).update(
+            status=TicketStatus.CANCELLED, updated_at=timezone.now()
+        )
         return
     _receipt(run, wait, event)
     name = "plan.approved" if event.kind == BusinessEventKind.APPROVED else "plan.rejected"

@@ -167,6 +167,8 @@ def test_takeover_and_approver_revocation_prevent_resume(demo, api):
     assert (revoked_run.status, revoked_run.error_code) == (RunStatus.FAILED, "APPROVER_REVOKED")
     assert "plan.approved" not in _types(revoked_run)
     assert RunInput.objects.filter(run=revoked_run).count() == 1  # the confirmation only
+    assert ticket_of(revoked_run).status == TicketStatus.CANCELLED  # nothing ships on it
+    assert ticket_of(taken_run).status == TicketStatus.APPROVED  # approved by a supervisor
     # and a plan whose run was cancelled while open is cancelled with it
     open_run = exchange_run(demo)
     api("alice").post(f"/api/v1/runs/{open_run.pk}/cancel")

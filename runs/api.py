@@ -205,7 +205,9 @@ class RunInputsView(APIView):
         serializer.is_valid(raise_exception=True)
         receipt, run, created = inputs.run_input_accept(
             run=run,
-            request=inputs.InputRequest(idempotency_key=key, **serializer.validated_data),
+            request=inputs.InputRequest(
+                idempotency_key=key, idempotency_scope=principal.scope, **serializer.validated_data
+            ),
             author=principal.name,
         )
         body = {"receipt": ReceiptSerializer(receipt).data, "run": RunSerializer(run).data}

@@ -69,6 +69,7 @@ class InputRequest:
     run_version: int
     text: str
     idempotency_key: str
+    idempotency_scope: str
 
     def payload_hash(self) -> str:
         return services.request_hash(
@@ -78,7 +79,9 @@ class InputRequest:
 
 def _receipt_replay(run_id, request: InputRequest) -> RunInput | None:
     receipt = RunInput.objects.filter(
-        run_id=run_id, idempotency_key=request.idempotency_key
+        run_id=run_id,
+        idempotency_scope=request.idempotency_scope,
+        idempotency_key=request.idempotency_key,
     ).first()
     if receipt is not None and receipt.request_hash != request.payload_hash():
         raise Problem(
@@ -120,6 +123,7 @@ def run_input_accept(
                     locked,
                     wait=wait,
                     text=request.text,
+                    idempotency_scope=request.idempotency_scope,
                     idempotency_key=request.idempotency_key,
                     request_hash=request.payload_hash(),
                     author=author,
@@ -144,12 +148,14 @@ def input_resume_locked(
     idempotency_key: str,
     request_hash: str,
     author: str,
+    idempotency_scope: str = "",
 ) -> RunInput:
     """Store the answer's receipt and put the run back in the queue, in one transaction.
     Call holding the run's lock, after checking that the answer fits the wait."""
     receipt = RunInput.objects.create(
         run=run,
         interrupt_id=wait.interrupt_id,
+        idempotency_scope=idempotency_scope,
         idempotency_key=idempotency_key,
         kind=wait.kind,
         payload={"text": text},

@@ -250,12 +250,15 @@ class ToolExecution(models.Model):
 class RunInput(models.Model):
     """The receipt of what resumed a waiting run: a customer's answer, or a business event.
 
-    One per (run, idempotency key) and one per (run, interrupt): a retried or concurrent
+    One per (run, principal's key) and one per (run, interrupt): a retried or concurrent
     input finds the first one's receipt, and no wait is answered twice.
     """
 
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="inputs")
     interrupt_id = models.CharField(max_length=64)
+    # Whose key it is (Principal.scope): keys are scoped per principal. Empty for receipts the
+    # system writes, whose keys hold a space no client key may.
+    idempotency_scope = models.CharField(max_length=64, blank=True)
     idempotency_key = models.CharField(max_length=255)
     kind = models.CharField(max_length=20)
     payload = models.JSONField(default=dict)
@@ -268,7 +271,9 @@ class RunInput(models.Model):
     class Meta:
         ordering = ["run", "created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "idempotency_key"], name="input_key_per_run"),
+            models.UniqueConstraint(
+                fields=["run", "idempotency_scope", "idempotency_key"], name="input_key_per_run"
+            ),
             models.UniqueConstraint(fields=["run", "interrupt_id"], name="input_per_interrupt"),
         ]
 

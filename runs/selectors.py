@@ -60,7 +60,13 @@ def wait_pending(run: AgentRun) -> list[dict[str, Any]]:
 
 
 def run_receipt(*, run: AgentRun, idempotency_key: str) -> RunInput | None:
-    return RunInput.objects.filter(run=run, idempotency_key=idempotency_key).first()
+    """The receipt a key left on a run, whoever's key it was (the newest, should two
+    principals have used the same key)."""
+    return (
+        RunInput.objects.filter(run=run, idempotency_key=idempotency_key)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
 
 
 class InvalidCursor(ValueError):

@@ -149,3 +149,15 @@ def test_an_expired_wait_answers_410_before_a_stale_version(waiting, api):
     with time_machine.travel(timezone.now() + timedelta(hours=24, seconds=1)):
         late = _answer(api("alice"), waiting, run_version=waiting.version - 1)
     assert_problem(late, 410, "interrupt_expired")
+
+
+def test_keys_are_scoped_per_principal(waiting, api):
+    # given: alice answered with a key
+    assert _answer(api("alice"), waiting, key="shared").status_code == 202
+
+    # when: a service key uses the same key for another body
+    other = _answer(api(), waiting, key="shared", text="It is ORD-1003")
+
+    # then: not a reuse of alice's key; the wait is simply answered already
+    assert_problem(other, 409, "not_waiting")
+    assert api().get(f"/api/v1/runs/{waiting.pk}/receipts/shared").status_code == 200

@@ -64,27 +64,36 @@ def proposal_summary(items: list[dict[str, Any]]) -> str:
 # --- the worker's side ----------------------------------------------------------------------
 
 
-def plan_wait(ticket: Ticket, *, tool_name: str, tool_args: dict) -> tuple[str, WaitState]:
-    """The run's status and wait while its ticket is open: each proposal version and each
-    stage has its own interrupt id, so an answer to an older one never counts."""
-    key = ticket.tool_execution_key
-    stage, status, kind = {
-        TicketStatus.WAITING_CONFIRMATION: (
-            "confirmation",
-            RunStatus.WAITING_USER,
-            WaitKind.CONFIRMATION,
-        ),
-        TicketStatus.NEEDS_REVISION: ("revision", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
-        TicketStatus.WAITING_REVIEW: ("review", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
-    }[ticket.status]
+# A plan's wait while its ticket is open, per ticket status: the stage (part of the wait's id,
+# so an answer to an older stage or version never counts), the run's status and the kind.
+PLAN_STAGES = {
+    TicketStatus.WAITING_CONFIRMATION: (
+        "confirmation",
+        RunStatus.WAITING_USER,
+        WaitKind.CONFIRMATION,
+    ),
+    TicketStatus.NEEDS_REVISION: ("revision", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
+    TicketStatus.WAITING_REVIEW: ("review", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
+}
+
+
+def plan_interrupt_id(key: str, version: int, ticket_status: str) -> str:
+    return interrupt_id_for(key, f"v{version}", PLAN_STAGES[ticket_status][0])
+
+
+def plan_wait(
+    *, key: str, ticket_id, version: int, ticket_status: str, tool_name: str, tool_args: dict
+) -> tuple[str, WaitState]:
+    """The run's status and wait while its plan's ticket is open in `ticket_status`."""
+    _, status, kind = PLAN_STAGES[ticket_status]
     return status, WaitState(
-        interrupt_id=interrupt_id_for(key, f"v{ticket.version}", stage),
+        interrupt_id=plan_interrupt_id(key, version, ticket_status),
         kind=kind,
         tool_name=tool_name,
         tool_key=key,
         tool_args=tool_args,
-        ticket_id=str(ticket.pk),
-        proposal_version=ticket.version,
+        ticket_id=str(ticket_id),
+        proposal_version=version,
     )
 
 
@@ -157,7 +166,14 @@ def plan_interrupt(
     if ticket.status in FINAL_STATUSES or not waits:
         return ToolOutcome(ToolStatus.SUCCEEDED, arguments, plan_result(ticket))
     # Re-queued while its plan is still open (an operator's hand): wait for it again.
-    status, wait = plan_wait(ticket, tool_name=tool.name, tool_args=arguments)
+    status, wait = plan_wait(
+        key=key,
+        ticket_id=ticket.pk,
+        version=ticket.version,
+        ticket_status=ticket.status,
+        tool_name=tool.name,
+        tool_args=arguments,
+    )
     return wait_pause(run, status=status, wait=wait, events=[])
 
 
@@ -175,19 +191,23 @@ def _ticket_create_once(*, run: AgentRun, order: Order, key: str, items: list) -
 def _pause_for_new_plan(
     *, run: AgentRun, tool: Tool, order: Order, key: str, arguments: dict
 ) -> StepCommit:
-    ticket = Ticket(
-        id=uuid.uuid4(), tool_execution_key=key, status=TicketStatus.WAITING_CONFIRMATION
+    ticket_id = uuid.uuid4()
+    status, wait = plan_wait(
+        key=key,
+        ticket_id=ticket_id,
+        version=1,
+        ticket_status=TicketStatus.WAITING_CONFIRMATION,
+        tool_name=tool.name,
+        tool_args=arguments,
     )
-    status, wait = plan_wait(ticket, tool_name=tool.name, tool_args=arguments)
     items = arguments["items"]
 
     def record(locked_run: AgentRun) -> None:
         # In the transaction that pauses the run: the ticket exists exactly when it waits.
         _, event = _ticket_insert(
-            run=locked_run, order=order, key=key, items=items, ticket_id=ticket.pk
+            run=locked_run, order=order, key=key, items=items, ticket_id=ticket_id
         )
-        AgentRun.objects.filter(pk=locked_run.pk).update(business_cursor=event.pk)
-        locked_run.business_cursor = event.pk
+        _cursor_move_locked(locked_run, event.pk)
 
     return wait_pause(
         run,
@@ -197,7 +217,7 @@ def _pause_for_new_plan(
             (
                 "plan.proposed",
                 {
-                    "ticket_id": str(ticket.pk),
+                    "ticket_id": str(ticket_id),
                     "proposal_version": 1,
                     "items": items,
                     "summary": proposal_summary(items),
@@ -509,9 +529,19 @@ def plan_events_apply_locked(run: AgentRun) -> int:
     for event in events:
         _event_apply(run, event)
     if events:
-        AgentRun.objects.filter(pk=run.pk).update(business_cursor=events[-1].pk)
-        run.business_cursor = events[-1].pk
+        _cursor_move_locked(run, events[-1].pk)
     return len(events)
+
+
+def _cursor_move_locked(run: AgentRun, event_id: int) -> None:
+    """Record that the run has applied the business events up to `event_id`, decided by a
+    conditional UPDATE on the cursor read under the lock. Call holding the run's lock."""
+    moved = AgentRun.objects.filter(pk=run.pk, business_cursor=run.business_cursor).update(
+        business_cursor=event_id
+    )
+    if moved != 1:
+        raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
+    run.business_cursor = event_id
 
 
 def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
@@ -525,23 +555,20 @@ def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
         "by": event.actor,
         "business_event_id": event.pk,
     }
-    ticket = Ticket(
-        pk=event.ticket_id,
-        tool_execution_key=wait.tool_key,
-        version=event.proposal_version,
-    )
     if event.kind in (BusinessEventKind.CONFIRMED, BusinessEventKind.CHANGES_REQUESTED):
-        ticket.status = TicketStatus.WAITING_CONFIRMATION
-        if wait.interrupt_id != _wait_id(ticket):
+        waiting_for = plan_interrupt_id(
+            wait.tool_key, event.proposal_version, TicketStatus.WAITING_CONFIRMATION
+        )
+        if wait.interrupt_id != waiting_for:
             return
         _receipt(run, wait, event)
         note = event.data.get("note", "")
         if event.kind == BusinessEventKind.CONFIRMED:
-            ticket.status, name = TicketStatus.WAITING_REVIEW, "plan.confirmed"
+            ticket_status, name = TicketStatus.WAITING_REVIEW, "plan.confirmed"
         else:
-            ticket.status, name = TicketStatus.NEEDS_REVISION, "plan.changes_requested"
+            ticket_status, name = TicketStatus.NEEDS_REVISION, "plan.changes_requested"
             details["note"] = note
-        _wait_move(run, wait, ticket, (name, details))
+        _wait_move(run, wait, ticket_status, event.proposal_version, (name, details))
         notifications.plan_waits_for_supervisor_notify(
             merchant=run.merchant,
             ticket_id=event.ticket_id,
@@ -554,24 +581,36 @@ def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
         if wait.proposal_version != event.proposal_version - 1:
             return
         _receipt(run, wait, event)
-        ticket.status = TicketStatus.WAITING_CONFIRMATION
         details["items"] = event.data.get("items", [])
         # What the run now waits on is the revised plan, not what the model first proposed.
         wait = wait.model_copy(update={"tool_args": {**wait.tool_args, "items": details["items"]}})
-        _wait_move(run, wait, ticket, ("plan.proposed", details))
+        _wait_move(
+            run,
+            wait,
+            TicketStatus.WAITING_CONFIRMATION,
+            event.proposal_version,
+            ("plan.proposed", details),
+        )
     elif event.kind in (BusinessEventKind.APPROVED, BusinessEventKind.REJECTED):
-        ticket.status = TicketStatus.WAITING_REVIEW
-        if wait.interrupt_id != _wait_id(ticket):
-            return
-        _review_apply(run, wait, event, details)
+        waiting_for = plan_interrupt_id(
+            wait.tool_key, event.proposal_version, TicketStatus.WAITING_REVIEW
+        )
+        if wait.interrupt_id == waiting_for:
+            _review_apply(run, wait, event, details)
 
 
-def _wait_id(ticket: Ticket) -> str:
-    return plan_wait(ticket, tool_name="", tool_args={})[1].interrupt_id
-
-
-def _wait_move(run: AgentRun, wait: WaitState, ticket: Ticket, event: tuple[str, dict]) -> None:
-    status, moved = plan_wait(ticket, tool_name=wait.tool_name, tool_args=wait.tool_args)
+def _wait_move(
+    run: AgentRun, wait: WaitState, ticket_status: str, version: int, event: tuple[str, dict]
+) -> None:
+    """The run now waits for the plan's next stage. Call holding the run's lock."""
+    status, moved = plan_wait(
+        key=wait.tool_key,
+        ticket_id=wait.ticket_id,
+        version=version,
+        ticket_status=ticket_status,
+        tool_name=wait.tool_name,
+        tool_args=wait.tool_args,
+    )
     event[1]["interrupt_id"] = moved.interrupt_id
     run_services.run_wait_move_locked(run, status=status, wait=moved, events=[event])
 

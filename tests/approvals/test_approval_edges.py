@@ -1,6 +1,7 @@
 """Edges of the approval flow the reviewers found: no snapshot, a broken one, a broken URL."""
 
 from django.contrib.auth.models import User
+from django.test import Client
 
 from approvals.models import Approval, WebhookDelivery
 from runs import services, worker
@@ -15,6 +16,27 @@ def _run(demo, message):
     worker.tick()
     run.refresh_from_db()
     return run
+
+
+def _approved_refund_with_a_broken_snapshot(demo, api) -> tuple[AgentRun, dict]:
+    """A refund approved by sam, whose snapshot is then tampered with (version 1) before a
+    worker runs it; returns the run and its good snapshot."""
+    run = _run(demo, "I want a refund for ORD-1003 amount 20")
+    approval = Approval.objects.get(run=run)
+    api("sam").post(
+        f"/api/v1/approvals/{approval.interrupt_id}/decision",
+        {"decision": "approve"},
+        format="json",
+    )
+    good = AgentRun.objects.get(pk=run.pk).state_snapshot
+    AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**good, "version": 1})
+    return run, good
+
+
+def _signed_in(username: str) -> Client:
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    return client
 
 
 def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
@@ -34,15 +56,7 @@ def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
 
 def test_worker_parks_a_run_whose_snapshot_was_broken_and_nobody_fails_it(demo, api):
     # given: an approved refund whose snapshot is tampered before the worker runs it
-    run = _run(demo, "I want a refund for ORD-1003 amount 20")
-    approval = Approval.objects.get(run=run)
-    api("sam").post(
-        f"/api/v1/approvals/{approval.interrupt_id}/decision",
-        {"decision": "approve"},
-        format="json",
-    )
-    snapshot = AgentRun.objects.get(pk=run.pk).state_snapshot
-    AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**snapshot, "version": 1})
+    run, _ = _approved_refund_with_a_broken_snapshot(demo, api)
 
     # when: a worker takes it, and the sweeps run
     worker.tick()
@@ -71,23 +85,11 @@ def test_a_webhook_url_with_a_bad_port_does_not_break_maintain(demo, settings):
 
 
 def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api):
-    from django.test import Client
-
     # given: a run parked because its snapshot was broken, which an operator then repaired
-    run = _run(demo, "I want a refund for ORD-1003 amount 20")
-    approval = Approval.objects.get(run=run)
-    api("sam").post(
-        f"/api/v1/approvals/{approval.interrupt_id}/decision",
-        {"decision": "approve"},
-        format="json",
-    )
-    good = AgentRun.objects.get(pk=run.pk).state_snapshot
-    AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**good, "version": 1})
+    run, good = _approved_refund_with_a_broken_snapshot(demo, api)
     worker.tick()
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
-    sam, admin = Client(), Client()
-    sam.force_login(User.objects.get(username="sam"))
-    admin.force_login(User.objects.get(username="admin"))
+    sam, admin = _signed_in("sam"), _signed_in("admin")
     parked = admin.get("/admin/runs/agentrun/?parked=yes")
     assert str(run.pk) in parked.text
 
@@ -113,11 +115,8 @@ def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api
 
 
 def test_a_supervisor_cancels_a_run_from_the_admin_and_its_call_leaves_the_inbox(demo):
-    from django.test import Client
-
     run = _run(demo, "I want a refund for ORD-1003 amount 20")
-    sam = Client()
-    sam.force_login(User.objects.get(username="sam"))
+    sam = _signed_in("sam")
 
     page = sam.post(
         "/admin/runs/agentrun/",

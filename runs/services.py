@@ -10,8 +10,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -317,31 +316,40 @@ class RunPlan:
     def write_children(self, now) -> None:
         """Insert the events and run the finish hooks. Call holding the run's lock, after the
         run's row was updated with row_fields()."""
-        previous = self.run.status
-        rows = self.event_rows(now)
-        self.apply(now)
-        if rows:
-            _insert(
-                RunEvent,
-                [
-                    {
-                        "run": row.run_id,
-                        "seq": row.seq,
-                        "type": row.type,
-                        "data": row.data,
-                        "created_at": row.created_at,
-                    }
-                    for row in rows
-                ],
-            )
-        if self.finished and previous not in FINISHED_STATUSES:
-            for hook in RUN_FINISH_HOOKS:
-                hook(self.run, previous)
+        plans_write([self], now)
 
     def apply(self, now) -> None:
         """Bring the in-memory run up to date with what was written."""
         for name, value in self.row_fields(now).items():
             setattr(self.run, name, value)
+
+
+def plans_write(plans: list[RunPlan], now) -> None:
+    """Bring the runs in memory up to date, insert all their events in one statement and run
+    the finish hooks. Call holding the runs' locks, after their rows were updated with
+    row_fields()."""
+    previous = [plan.run.status for plan in plans]
+    rows = [row for plan in plans for row in plan.event_rows(now)]
+    for plan in plans:
+        plan.apply(now)
+    if rows:
+        _insert(
+            RunEvent,
+            [
+                {
+                    "run": row.run_id,
+                    "seq": row.seq,
+                    "type": row.type,
+                    "data": row.data,
+                    "created_at": row.created_at,
+                }
+                for row in rows
+            ],
+        )
+    for plan, status in zip(plans, previous, strict=True):
+        if plan.finished and status not in FINISHED_STATUSES:
+            for hook in RUN_FINISH_HOOKS:
+                hook(plan.run, status)
 
 
 def run_finish_locked(run: AgentRun, plan: RunPlan) -> None:
@@ -445,17 +453,15 @@ def _running_count(now) -> Subquery:
     )
 
 
-CLAIM_AGAIN = object()
-
 # The claim's statements, by hand like CANDIDATES_SQL (see _assignments).
 MERCHANT_LOCK_SQL = "SELECT * FROM agentportal_merchant WHERE id = %s {lock}"
 RUNNING_COUNT_SQL = (
     "SELECT COUNT(*) FROM runs_agentrun WHERE merchant_id = %(merchant)s"
     " AND status = 'RUNNING' AND lease_expires_at >= %(now)s"
 )
-NEXT_RUN_SQL = (
+NEXT_RUNS_SQL = (
     f"SELECT * FROM runs_agentrun r WHERE r.merchant_id = %(merchant)s AND {CLAIMABLE_SQL}"
-    " ORDER BY r.created_at LIMIT 1 {lock}"
+    " ORDER BY r.created_at LIMIT %(limit)s {lock}"
 )
 CLAIM_UPDATE_SQL = (
     "UPDATE runs_agentrun SET {assignments} WHERE id = %s AND status = %s AND lease_token = %s"
@@ -472,28 +478,37 @@ def _lock_clause(*, no_key: bool = False, skip_locked: bool = False) -> str:
 
 
 def run_claim() -> Lease | None:
-    """Claim the next run fairly and take its lease; None when nothing is claimable.
+    """Claim the next run fairly and take its lease; None when nothing is claimable."""
+    leases = runs_claim(limit=1)
+    return leases[0] if leases else None
+
+
+def runs_claim(*, limit: int) -> list[Lease]:
+    """Claim up to `limit` runs of one shop fairly, in one transaction, and take their
+    leases; [] when nothing is claimable.
 
     Shops under their reserved slots first, then the shop scheduled longest ago, then its
-    oldest run; a shop at its running-run capacity is passed over. The Merchant row's lock
-    makes the capacity check exact across workers.
+    oldest runs; a shop at its running-run capacity is passed over, and no claim takes more
+    than its free capacity. The Merchant row's lock makes the capacity check exact across
+    workers.
     """
     for _ in range(100):
         with connection.cursor() as cursor:
             cursor.execute(CANDIDATES_SQL, {"now": timezone.now()})
             candidates = [row[0] for row in cursor.fetchall()]
-        outcome = None
+        leases, failed = [], 0
         for merchant_id in candidates:
-            outcome = _claim_from(merchant_id)
-            if outcome is not None:
+            leases, failed = _claim_from(merchant_id, limit)
+            if leases or failed:
                 break
-        if outcome is not CLAIM_AGAIN:
-            return outcome
-    return None
+        if leases or not failed:
+            return leases
+    return []
 
 
-def _claim_from(merchant_id: int) -> Lease | object | None:
-    """Claim one run of a merchant; CLAIM_AGAIN when the run found had to be failed instead."""
+def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
+    """Claim up to `limit` runs of a merchant; the leases, and how many of the runs found had
+    to be failed instead (past their deadline or out of budget)."""
     with transaction.atomic():
         now = timezone.now()
         # Lock first and count after: a count taken in the locking statement would be read
@@ -505,49 +520,40 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
         with connection.cursor() as cursor:
             cursor.execute(RUNNING_COUNT_SQL, moment)
             [running] = cursor.fetchone()
-        if not merchant.active or running >= merchant.max_running_runs:
-            return None
+        free = merchant.max_running_runs - running
+        if not merchant.active or free <= 0:
+            return [], 0
         found = list(
-            AgentRun.objects.raw(NEXT_RUN_SQL.format(lock=_lock_clause(skip_locked=True)), moment)
+            AgentRun.objects.raw(
+                NEXT_RUNS_SQL.format(lock=_lock_clause(skip_locked=True)),
+                {**moment, "limit": min(limit, free)},
+            )
         )
-        if not found:
-            return None
-        [run] = found
-        seen_status, seen_token = run.status, run.lease_token
-        plan = RunPlan(run)
-        lease = Lease(
-            run_id=run.pk, token=seen_token + 1, control_version=run.control_version, run=run
-        )
-        plan.fields.update(
-            status=RunStatus.RUNNING,
-            lease_token=seen_token + 1,
-            lease_expires_at=now + timedelta(seconds=_config("LEASE_SECONDS")),
-        )
-        plan.events.append(("run.started", {"lease": seen_token + 1}))
-        attempt = None
-        if run.deadline_at is not None and run.deadline_at <= now:
-            if run.conversation_id is not None and not _conversation_lock_nowait(run):
-                return None  # maintain fails it later, in the lock order
-            plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
-        elif run.next_node in (Node.LOAD, Node.MODEL):
-            plan.fields["next_node"] = Node.MODEL
-            attempt = _plan_attempt(plan, step=run.step)
-        assignments, params = _assignments(AgentRun, plan.row_fields(now))
+        claims = [claim for run in found if (claim := _claim_plan(run, now)) is not None]
+        if not claims:
+            return [], 0
         with connection.cursor() as cursor:
+            for plan, _lease, _attempt in claims:
+                assignments, params = _assignments(AgentRun, plan.row_fields(now))
+                cursor.execute(
+                    CLAIM_UPDATE_SQL.format(assignments=assignments),
+                    [*params, _run_pk(plan.run.pk), plan.run.status, plan.run.lease_token],
+                )
+                if cursor.rowcount != 1:
+                    raise transaction.TransactionManagementError(
+                        f"run {plan.run.pk} changed under its lock"
+                    )
             cursor.execute(
-                CLAIM_UPDATE_SQL.format(assignments=assignments),
-                [*params, _run_pk(run.pk), seen_status, seen_token],
+                SCHEDULED_SQL, [_prepared(Merchant, "last_scheduled_at", now), merchant_id]
             )
-            if cursor.rowcount != 1:
-                raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
-            cursor.execute(
-                SCHEDULED_SQL,
-                [_prepared(Merchant, "last_scheduled_at", now), merchant_id],
-            )
-        run.status = seen_status
-        plan.write_children(now)
-        run.merchant = merchant
-        if attempt is not None:
+        for plan, _lease, _attempt in claims:
+            plan.run.merchant = merchant
+        plans_write([plan for plan, _lease, _attempt in claims], now)
+        attempts = []
+        for plan, lease, attempt in claims:
+            if attempt is None:
+                continue
+            run = plan.run
             if run.model_calls > 1:
                 # A STARTED attempt left by a lost worker may or may not have reached the model:
                 # it counts against the budget, and the model is asked again.
@@ -555,8 +561,34 @@ def _claim_from(merchant_id: int) -> Lease | object | None:
                     run=run, step=run.step, status=AttemptStatus.STARTED
                 ).update(status=AttemptStatus.UNKNOWN, finished_at=now)
                 attempt.attempt = ModelAttempt.objects.filter(run=run, step=run.step).count() + 1
-            _attempt_insert(attempt, lease)
-        return CLAIM_AGAIN if plan.finished else lease
+            attempts.append((attempt, lease))
+        attempts_insert(attempts)
+        leases = [lease for plan, lease, _attempt in claims if not plan.finished]
+        return leases, len(claims) - len(leases)
+
+
+def _claim_plan(run: AgentRun, now) -> tuple[RunPlan, Lease, ModelAttempt | None] | None:
+    """What claiming a run writes: RUNNING under a new lease token and, when it is at the
+    model, its STARTED attempt; or its failure when its deadline passed. None: leave it (an
+    overdue run whose conversation someone else holds; maintain fails it in the lock order)."""
+    token = run.lease_token + 1
+    plan = RunPlan(run)
+    lease = Lease(run_id=run.pk, token=token, control_version=run.control_version, run=run)
+    plan.fields.update(
+        status=RunStatus.RUNNING,
+        lease_token=token,
+        lease_expires_at=now + timedelta(seconds=_config("LEASE_SECONDS")),
+    )
+    plan.events.append(("run.started", {"lease": token}))
+    attempt = None
+    if run.deadline_at is not None and run.deadline_at <= now:
+        if run.conversation_id is not None and not _conversation_lock_nowait(run):
+            return None
+        plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
+    elif run.next_node in (Node.LOAD, Node.MODEL):
+        plan.fields["next_node"] = Node.MODEL
+        attempt = _plan_attempt(plan, step=run.step)
+    return plan, lease, attempt
 
 
 def _conversation_lock_nowait(run: AgentRun) -> bool:
@@ -598,8 +630,12 @@ def _plan_attempt(plan: RunPlan, *, step: int, attempt_no: int = 1) -> ModelAtte
     )
 
 
-def _attempt_insert(attempt: ModelAttempt, lease: Lease) -> None:
-    [attempt.pk] = _insert(
+def attempts_insert(attempts: list[tuple[ModelAttempt, Lease]]) -> None:
+    """Insert STARTED model attempts in one statement; each lease learns its attempt."""
+    if not attempts:
+        return
+    created = timezone.now()
+    inserted = _insert(
         ModelAttempt,
         [
             {
@@ -609,12 +645,17 @@ def _attempt_insert(attempt: ModelAttempt, lease: Lease) -> None:
                 "status": attempt.status,
                 "usage": {},
                 "error": "",
-                "created_at": timezone.now(),
+                "created_at": created,
             }
+            for attempt, _lease in attempts
         ],
-        returning_pk=True,
+        returning=("id", "run"),
     )
-    lease.attempt_id, lease.attempt_no = attempt.pk, attempt.attempt
+    run_id = AgentRun._meta.pk.to_python
+    attempt_ids = {run_id(run): pk for pk, run in inserted}
+    for attempt, lease in attempts:
+        attempt.pk = attempt_ids[run_id(attempt.run_id)]
+        lease.attempt_id, lease.attempt_no = attempt.pk, attempt.attempt
 
 
 def _account_allowed() -> Exists:
@@ -623,26 +664,6 @@ def _account_allowed() -> Exists:
             user_id=OuterRef("account_id"), merchant_id=OuterRef("merchant_id"), active=True
         )
     )
-
-
-@contextmanager
-def locked_run(lease: Lease, *, finishing: bool = False, **fields: Any) -> Iterator[AgentRun]:
-    """Open the transaction by locking the run with one conditional UPDATE that applies
-    `fields`; the one guard against stale writers.
-
-    The UPDATE matches only while the run is RUNNING under this lease token and control
-    version, unchanged since the worker last wrote it, its merchant active and its account
-    still a member; it takes the row's lock on PostgreSQL (SQLite holds its write lock from
-    BEGIN). Otherwise LostRun or AccessRevoked is raised and nothing inside is committed.
-    """
-    run = lease.run
-    with transaction.atomic():
-        if finishing and run.conversation_id is not None:
-            # Ending the run frees its conversation: that row comes first in the lock order.
-            Conversation.objects.select_for_update().filter(pk=run.conversation_id).first()
-        if _guarded_update(lease, fields) != 1:
-            _raise_lost(lease)
-        yield run
 
 
 # The guard of every step commit, in raw SQL: it runs at every step, and the ORM spent more
@@ -658,14 +679,22 @@ WHERE id = %s AND status = 'RUNNING' AND lease_token = %s AND control_version = 
 """
 
 
-def _guarded_update(lease: Lease, fields: dict[str, Any]) -> int:
-    """locked_run's conditional UPDATE; the number of rows it changed (1 or 0)."""
+def locked_run(lease: Lease, fields: dict[str, Any]) -> bool:
+    """Lock a run for a step commit with one conditional UPDATE that applies `fields`; the one
+    guard against stale writers. True when the worker still holds the run.
+
+    The UPDATE matches only while the run is RUNNING under this lease token and control
+    version, unchanged since the worker last wrote it, its merchant active and its account
+    still a member; it takes the row's lock on PostgreSQL (SQLite holds its write lock from
+    BEGIN). Call inside the transaction that writes the step: when it matches nothing, the
+    step must write nothing.
+    """
     assignments, params = _assignments(AgentRun, fields)
     params += [_run_pk(lease.run_id), lease.token, lease.control_version, lease.run.version]
     params += [True, True]
     with connection.cursor() as cursor:
         cursor.execute(GUARDED_UPDATE_SQL.format(assignments=assignments), params)
-        return cursor.rowcount
+        return cursor.rowcount == 1
 
 
 # The hot path's statements are written in SQL by hand: the ORM spent longer building them
@@ -689,12 +718,13 @@ def _run_pk(run_id) -> Any:
     return AgentRun._meta.pk.get_db_prep_value(run_id, connection)
 
 
-def _insert(model, rows: list[dict[str, Any]], *, returning_pk: bool = False) -> list[Any]:
-    """One INSERT of `rows` (field name -> value) into `model`'s table; the new primary keys
-    when asked for (both databases answer RETURNING)."""
+def _insert(model, rows: list[dict[str, Any]], *, returning: tuple[str, ...] = ()) -> list[tuple]:
+    """One INSERT of `rows` (field name -> value) into `model`'s table; the inserted rows'
+    `returning` fields, when asked for (both databases answer RETURNING)."""
     names = list(rows[0])
     model_fields = [model._meta.get_field(name) for name in names]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in model_fields)
     placeholders = "(" + ", ".join(["%s"] * len(names)) + ")"
     params = [
         f.get_db_prep_save(row[name], connection)
@@ -702,17 +732,14 @@ def _insert(model, rows: list[dict[str, Any]], *, returning_pk: bool = False) ->
         for name, f in zip(names, model_fields, strict=True)
     ]
     sql = (
-        f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
+        f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "
         f"VALUES {', '.join([placeholders] * len(rows))}"
     )
+    if returning:
+        sql += " RETURNING " + ", ".join(quote(model._meta.get_field(n).column) for n in returning)
     with connection.cursor() as cursor:
-        if not returning_pk:
-            cursor.execute(sql, params)
-            return []
-        cursor.execute(
-            f"{sql} RETURNING {connection.ops.quote_name(model._meta.pk.column)}", params
-        )
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(sql, params)
+        return [tuple(row) for row in cursor.fetchall()] if returning else []
 
 
 def _raise_lost(lease: Lease) -> None:
@@ -757,9 +784,62 @@ class StepCommit:
 def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     """Commit a step's effects and the next node in one transaction; return the run.
 
-    When the next node is the model, its STARTED attempt is recorded in the same commit, so the
-    following model call costs no commit of its own.
+    Raises LostRun or AccessRevoked, with nothing committed, when the worker lost the run.
     """
+    [outcome] = runs_step_commit([(lease, commit)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+@dataclass
+class _PlannedStep:
+    lease: Lease
+    commit: StepCommit
+    plan: RunPlan
+    attempt: ModelAttempt | None
+    held: bool = False
+
+
+def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | Exception]:
+    """Commit several runs' steps in one transaction: for each, its run or what stopped it.
+
+    Each run's writes are guarded by its own conditional UPDATE (locked_run's): a run its
+    worker lost, or whose access was revoked, commits nothing while the others commit. When
+    the next node is the model, its STARTED attempt is recorded in the same commit, so the
+    following model call costs no commit of its own. If writing one run's step fails, the
+    transaction is rolled back and every step is committed again on its own, so that the
+    failure stays that run's.
+    """
+    now = timezone.now()
+    saved = [_row_copy(lease.run) for lease, _commit in steps]
+    planned = [_step_plan(lease, commit, now) for lease, commit in steps]
+    try:
+        _steps_write(planned, now)
+    except Exception as error:
+        if len(steps) == 1:
+            return [error]
+        for (lease, _commit), copy in zip(steps, saved, strict=True):
+            lease.run.__dict__.update(copy)
+        return [runs_step_commit([step])[0] for step in steps]
+    outcomes: list[AgentRun | Exception] = []
+    for step in planned:
+        if step.held:
+            outcomes.append(step.lease.run)
+            continue
+        try:
+            _raise_lost(step.lease)
+        except (LostRun, AccessRevoked) as lost:
+            outcomes.append(lost)
+    return outcomes
+
+
+def _row_copy(run: AgentRun) -> dict[str, Any]:
+    return {f.attname: getattr(run, f.attname) for f in AgentRun._meta.concrete_fields}
+
+
+def _step_plan(lease: Lease, commit: StepCommit, now) -> _PlannedStep:
+    """What a step writes, decided before the transaction."""
     run = lease.run
     plan = RunPlan(run)
     step = run.step + 1 if commit.advance_step else run.step
@@ -767,17 +847,14 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
         {
             "step": step,
             "next_node": commit.next_node,
-            "lease_expires_at": timezone.now() + timedelta(seconds=_config("LEASE_SECONDS")),
+            "lease_expires_at": now + timedelta(seconds=_config("LEASE_SECONDS")),
+            **commit.run_fields,
         }
-    )
-    plan.fields.update(
-        **commit.run_fields,
     )
     plan.events.extend(commit.events)
     if commit.messages:
         plan.fields["messages"] = [*run.messages, *commit.messages]
     attempt = None
-    now = timezone.now()
     if commit.fail_with is not None:
         plan.fail(*commit.fail_with)
     elif commit.complete_with is not None:
@@ -799,25 +876,49 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     elif commit.next_node == Node.MODEL:
         attempt_no = 1 if commit.advance_step else lease.attempt_no + 1
         attempt = _plan_attempt(plan, step=step, attempt_no=attempt_no)
-    with locked_run(lease, finishing=plan.finished, **plan.row_fields(now)):
-        if commit.attempt_status is not None and lease.attempt_id is not None:
-            ModelAttempt.objects.filter(pk=lease.attempt_id).update(
-                status=commit.attempt_status,
-                usage=commit.attempt_usage,
-                latency_ms=commit.attempt_latency_ms,
-                error=commit.attempt_error,
-                finished_at=now,
+    return _PlannedStep(lease=lease, commit=commit, plan=plan, attempt=attempt)
+
+
+def _steps_write(planned: list[_PlannedStep], now) -> None:
+    """Write the planned steps of runs their workers still hold; mark which ones were.
+
+    Locks in the one order: the conversations of the runs that end (ending a run frees its
+    conversation), then the runs, by id.
+    """
+    with transaction.atomic():
+        ending = sorted(
+            {step.plan.run.conversation_id for step in planned if step.plan.finished} - {None}
+        )
+        if ending:
+            list(
+                Conversation.objects.select_for_update()
+                .filter(pk__in=ending)
+                .order_by("pk")
+                .values_list("pk", flat=True)
             )
-        if commit.tool_executions:
-            ToolExecution.objects.bulk_create(commit.tool_executions)
-        if attempt is not None:
-            _attempt_insert(attempt, lease)
-        plan.write_children(now)
-        if commit.on_locked is not None:
-            commit.on_locked(run)
-        if plan.fields.get("status") == RunStatus.QUEUED:
+        for step in sorted(planned, key=lambda step: str(step.lease.run_id)):
+            step.held = locked_run(step.lease, step.plan.row_fields(now))
+        held = [step for step in planned if step.held]
+        for step in held:
+            commit, lease = step.commit, step.lease
+            if commit.attempt_status is not None and lease.attempt_id is not None:
+                ModelAttempt.objects.filter(pk=lease.attempt_id).update(
+                    status=commit.attempt_status,
+                    usage=commit.attempt_usage,
+                    latency_ms=commit.attempt_latency_ms,
+                    error=commit.attempt_error,
+                    finished_at=now,
+                )
+        executions = [execution for step in held for execution in step.commit.tool_executions]
+        if executions:
+            ToolExecution.objects.bulk_create(executions)
+        attempts_insert([(step.attempt, step.lease) for step in held if step.attempt])
+        plans_write([step.plan for step in held], now)
+        for step in held:
+            if step.commit.on_locked is not None:
+                step.commit.on_locked(step.lease.run)
+        if any(step.plan.fields.get("status") == RunStatus.QUEUED for step in held):
             tick_enqueue()
-    return run
 
 
 def _run_update_locked(run: AgentRun, plan: RunPlan, now) -> None:

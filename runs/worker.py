@@ -1,7 +1,7 @@
 """Executing a claimed run: the graph's nodes, one committed step at a time.
 
 Nothing slow happens inside a transaction: the model and the tools are called between commits,
-and every commit goes through runs.services.run_step_commit, which re-checks the lease.
+and every commit goes through runs.services.runs_step_commit, which re-checks each lease.
 """
 
 import json
@@ -9,8 +9,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Generator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -69,6 +69,22 @@ def _config(name: str) -> Any:
     return settings.AGENTPORTAL[name]
 
 
+@dataclass(frozen=True)
+class SlowCall:
+    """Work a step waits on (a model or a tool that blocks): the worker runs it in a thread
+    and polls the run meanwhile, so that /stop is noticed within CANCEL_POLL_SECONDS, while
+    the other runs it holds go on."""
+
+    function: Callable[[], Any]
+    token: CancellationToken
+
+
+# A step is a generator: it yields each StepCommit and gets back the committed run (or the
+# exception that stopped the commit, thrown in), and yields each SlowCall and gets back its
+# result (or its exception). It returns the run.
+Step = Generator[StepCommit | SlowCall, Any, AgentRun]
+
+
 def tick() -> int:
     """Claim and execute runs until nothing is claimable or the claim budget is spent.
 
@@ -76,49 +92,198 @@ def tick() -> int:
     what, never the task message.
     """
     started = time.monotonic()
+    claims = _Claims(until=started + _config("TICK_CLAIM_SECONDS"))
     # Every slice ends by then, so a tick stays inside django-q2's task timeout (150 s) even
     # with a step in flight when its slice ends.
-    ends = started + _config("TICK_BUDGET_SECONDS")
-    executed = 0
-    while time.monotonic() - started < _config("TICK_CLAIM_SECONDS"):
-        lease = services.run_claim()
-        if lease is None:
-            return executed
-        run_slice(lease, ends=ends)
-        executed += 1
-    # The claim budget is spent but runs may be waiting: hand over to a fresh tick.
-    services.tick_enqueue()
-    return executed
+    run_slices([], ends=started + _config("TICK_BUDGET_SECONDS"), claims=claims)
+    if claims.spent:
+        # Runs may be waiting: hand over to a fresh tick.
+        services.tick_enqueue()
+    return claims.count
+
+
+@dataclass
+class _Claims:
+    """A tick's claims: runs join its batch while the batch has room (half of it, so that
+    runs are claimed in groups), until the claim budget is spent."""
+
+    until: float
+    count: int = 0
+    spent: bool = False
+    retry_at: float = 0.0
+
+    def more(self, *, holding: int) -> list[Lease]:
+        batch = _config("TICK_BATCH_RUNS")
+        now = time.monotonic()
+        if holding and (batch - holding < max(1, batch // 2) or now < self.retry_at):
+            return []
+        if now >= self.until:
+            self.spent = True
+            return []
+        leases = services.runs_claim(limit=batch - holding)
+        self.count += len(leases)
+        if not leases:
+            # Nothing claimable: look again after a poll, not at every round.
+            self.retry_at = now + _config("CANCEL_POLL_SECONDS")
+        return leases
 
 
 def run_slice(lease: Lease, *, ends: float = math.inf) -> None:
-    """Execute a claimed run until it finishes, waits, spends its slice or is lost.
+    """Execute a claimed run until it finishes, waits, spends its slice or is lost."""
+    run_slices([lease], ends=ends)
 
-    A spent slice is noticed by the next step's commit, which hands the run back to the queue.
+
+def run_slices(
+    leases: list[Lease], *, ends: float = math.inf, claims: _Claims | None = None
+) -> None:
+    """Execute claimed runs together until each finishes, waits, spends its slice or is lost;
+    with `claims`, more runs join while there is room.
+
+    They go in rounds: each run executes its node up to the node's commit, then the round's
+    commits are written in one transaction, each guarded by its own lease. A run waiting on a
+    slow call does not hold the others up: the call runs in a thread while they go on. A spent
+    slice is noticed by the next step's commit, which hands the run back to the queue.
     """
-    lease.slice_ends = min(ends, time.monotonic() + _config("SLICE_SECONDS"))
+    flights: list[_Flight] = []
+
+    def join(new: list[Lease]) -> None:
+        slice_ends = min(ends, time.monotonic() + _config("SLICE_SECONDS"))
+        for lease in new:
+            lease.slice_ends = slice_ends
+            flights.append(_Flight(lease, _slice(lease)))
+
+    join(leases)
+    polled = time.monotonic()
+    while True:
+        flights[:] = [flight for flight in flights if not flight.done]
+        if claims is not None:
+            join(claims.more(holding=len(flights)))
+        if not flights:
+            return
+        for flight in flights:
+            if flight.call_done():
+                flight.advance(flight.call_outcome())
+        if time.monotonic() - polled >= _config("CANCEL_POLL_SECONDS"):
+            _abandon_lost([flight for flight in flights if flight.in_call()])
+            polled = time.monotonic()
+        ready = [flight for flight in flights if isinstance(flight.wants, StepCommit)]
+        if ready:
+            outcomes = services.runs_step_commit([(f.lease, f.wants) for f in ready])
+            for flight, outcome in zip(ready, outcomes, strict=True):
+                flight.advance(outcome)
+            continue
+        calls = [flight.future for flight in flights if flight.in_call()]
+        if calls:
+            wait(calls, timeout=_config("CANCEL_POLL_SECONDS"), return_when=FIRST_COMPLETED)
+
+
+def _slice(lease: Lease) -> Step:
     run = lease.run
-    try:
-        while run.status == RunStatus.RUNNING:
-            run = run_step(lease)
-    except (LostRun, RunAbandoned) as lost:
-        logger.info("dropping run %s: %s", lease.run_id, lost)
-    except AccessRevoked:
-        services.run_fail_access_revoked(lease=lease)
-    except Exception as error:
-        logger.exception("run %s failed unexpectedly", lease.run_id)
-        services.run_park(lease=lease, reason=f"{type(error).__name__}: {error}")
+    while run.status == RunStatus.RUNNING:
+        run = yield from _step(lease)
+    return run
+
+
+class _Flight:
+    """A run a worker is executing among others: its steps, and what they wait for."""
+
+    def __init__(self, lease: Lease, steps: Step) -> None:
+        self.lease = lease
+        self.steps = steps
+        self.wants: StepCommit | SlowCall | None = None
+        self.future: Future | None = None
+        self.done = False
+        self.advance(None)
+
+    def in_call(self) -> bool:
+        return self.future is not None
+
+    def call_done(self) -> bool:
+        return self.future is not None and self.future.done()
+
+    def call_outcome(self) -> Any:
+        future, self.future = self.future, None
+        return future.exception() or future.result()
+
+    def advance(self, outcome: Any) -> None:
+        """Hand the steps what they waited for and run them to what they want next."""
+        self.future = None
+        try:
+            if isinstance(outcome, BaseException):
+                self.wants = self.steps.throw(outcome)
+            else:
+                self.wants = self.steps.send(outcome)
+        except StopIteration:
+            self.done = True
+        except (LostRun, RunAbandoned) as lost:
+            logger.info("dropping run %s: %s", self.lease.run_id, lost)
+            self.done = True
+        except AccessRevoked:
+            services.run_fail_access_revoked(lease=self.lease)
+            self.done = True
+        except Exception as error:
+            logger.exception("run %s failed unexpectedly", self.lease.run_id)
+            services.run_park(lease=self.lease, reason=f"{type(error).__name__}: {error}")
+            self.done = True
+        else:
+            if isinstance(self.wants, SlowCall):
+                self.future = _pool().submit(_in_thread, self.wants.function)
+
+    def abandon(self) -> None:
+        self.wants.token.cancel()
+        self.future = None
+        self.advance(RunAbandoned(f"run {self.lease.run_id} stopped while waiting"))
+
+
+def _abandon_lost(flights: list[_Flight]) -> None:
+    """Abandon the slow calls of runs their worker no longer holds (/stop, a takeover)."""
+    if not flights:
+        return
+    close_old_connections()
+    held = set(
+        AgentRun.objects.filter(
+            pk__in=[flight.lease.run_id for flight in flights], status=RunStatus.RUNNING
+        ).values_list("pk", "lease_token", "control_version")
+    )
+    for flight in flights:
+        lease = flight.lease
+        if (lease.run_id, lease.token, lease.control_version) not in held:
+            flight.abandon()
 
 
 def run_step(lease: Lease) -> AgentRun:
-    """Execute the node the run is at and commit its outcome."""
+    """Execute the node the run is at and commit its outcome, on its own.
+
+    Raises LostRun or AccessRevoked when the worker no longer holds the run.
+    """
+    steps = _step(lease)
+    outcome: Any = None
+    while True:
+        try:
+            if isinstance(outcome, BaseException):
+                wants = steps.throw(outcome)
+            else:
+                wants = steps.send(outcome)
+        except StopIteration as finished:
+            return finished.value
+        try:
+            if isinstance(wants, SlowCall):
+                outcome = _wait(lease, wants)
+            else:
+                outcome = services.run_step_commit(lease=lease, commit=wants)
+        except Exception as error:
+            outcome = error
+
+
+def _step(lease: Lease) -> Step:
+    """Execute the node the run is at up to its commit."""
     run = lease.run
     if run.next_node == Node.MODEL:
-        return _model_step(run, lease)
+        return (yield from _model_step(run, lease))
     if run.next_node == Node.TOOLS:
-        return _tools_step(run, lease)
+        return (yield from _tools_step(run, lease))
     if run.next_node == Node.FOLLOWUP:
-        return _tools_step(run, lease, followup_node=True)
+        return (yield from _tools_step(run, lease, followup_node=True))
     raise LostRun(f"run {run.pk} has no node to execute at {run.next_node}")
 
 
@@ -132,7 +297,9 @@ def _pool() -> ThreadPoolExecutor:
     global _executor
     with _executor_lock:
         if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-call")
+            _executor = ThreadPoolExecutor(
+                max_workers=_config("TICK_BATCH_RUNS"), thread_name_prefix="agent-call"
+            )
         return _executor
 
 
@@ -144,16 +311,16 @@ def _in_thread(function: Callable[[], T]) -> T:
         connections.close_all()
 
 
-def _wait(lease: Lease, function: Callable[[], T], token: CancellationToken) -> T:
-    """Run slow work in a thread, polling the run so that /stop is noticed within 250 ms."""
-    future: Future = _pool().submit(_in_thread, function)
-    poll = _config("CANCEL_POLL_SECONDS")
+def _wait(lease: Lease, call: SlowCall) -> Any:
+    """Run a slow call of a run executed on its own, polling the run so that /stop is
+    noticed within CANCEL_POLL_SECONDS."""
+    future: Future = _pool().submit(_in_thread, call.function)
     while True:
         try:
-            return future.result(timeout=poll)
+            return future.result(timeout=_config("CANCEL_POLL_SECONDS"))
         except TimeoutError:
             if not _still_held(lease):
-                token.cancel()
+                call.token.cancel()
                 raise RunAbandoned(f"run {lease.run_id} stopped while waiting") from None
 
 
@@ -170,7 +337,7 @@ def _still_held(lease: Lease) -> bool:
 # --- the model node ------------------------------------------------------------------------
 
 
-def _model_step(run: AgentRun, lease: Lease) -> AgentRun:
+def _model_step(run: AgentRun, lease: Lease) -> Step:
     manifest = run.release_snapshot["manifest"]
     tools = tools_declared(run.release_snapshot)
     client = model_client_for(manifest)
@@ -178,17 +345,16 @@ def _model_step(run: AgentRun, lease: Lease) -> AgentRun:
     started = time.monotonic()
     try:
         if client.blocking:
-            response = _wait(
-                lease,
+            response = yield SlowCall(
                 lambda: client.complete(messages=run.messages, tools=schemas),
                 CancellationToken(),
             )
         else:
             response = client.complete(messages=run.messages, tools=schemas)
     except ModelError as error:
-        return _model_failed(run, lease, str(error), started)
+        return (yield _model_failed(run, lease, str(error), started))
     latency_ms = int((time.monotonic() - started) * 1000)
-    return services.run_step_commit(lease=lease, commit=_model_commit(response, latency_ms))
+    return (yield _model_commit(response, latency_ms))
 
 
 def _model_commit(response: ModelResponse, latency_ms: int) -> StepCommit:
@@ -217,7 +383,7 @@ def _model_commit(response: ModelResponse, latency_ms: int) -> StepCommit:
     return commit
 
 
-def _model_failed(run: AgentRun, lease: Lease, error: str, started: float) -> AgentRun:
+def _model_failed(run: AgentRun, lease: Lease, error: str, started: float) -> StepCommit:
     logger.warning("model call for run %s failed: %s", run.pk, error)
     latency_ms = int((time.monotonic() - started) * 1000)
     commit = StepCommit(
@@ -233,7 +399,7 @@ def _model_failed(run: AgentRun, lease: Lease, error: str, started: float) -> Ag
             ErrorCode.MODEL_ERROR,
             f"The model failed {lease.attempt_no} times: {error[:500]}",
         )
-    return services.run_step_commit(lease=lease, commit=commit)
+    return commit
 
 
 # --- the tools node ------------------------------------------------------------------------
@@ -247,7 +413,7 @@ def _tool_message(call_id: str, result: dict[str, Any]) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)}
 
 
-def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> AgentRun:
+def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> Step:
     """Run the last model turn's tool calls, committing each result with its key.
 
     A call whose key already has a result is never run again: its result is reused. The
@@ -268,7 +434,7 @@ def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> 
         last = all(k in done for k in keys[index + 1 :])
         name = call["function"]["name"]
         tool = declared.get(name)
-        outcome = _tool_outcome(
+        outcome = yield from _tool_outcome(
             run,
             lease,
             tool,
@@ -281,7 +447,7 @@ def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> 
             followup_node=followup_node,
         )
         if isinstance(outcome, StepCommit):
-            return services.run_step_commit(lease=lease, commit=outcome)
+            return (yield outcome)
         execution = ToolExecution(
             run_id=run.pk,
             step=run.step,
@@ -306,14 +472,14 @@ def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> 
         )
         if last:
             _finish_turn(commit, calls, keys, done)
-        run = services.run_step_commit(lease=lease, commit=commit)
+        run = yield commit
         if run.status != RunStatus.RUNNING:
             return run
     if run.next_node in (Node.TOOLS, Node.FOLLOWUP) and all(key in done for key in keys):
         # Every result was already committed (a crash after the last one): just move on.
         commit = StepCommit(next_node=Node.MODEL)
         _finish_turn(commit, calls, keys, done)
-        run = services.run_step_commit(lease=lease, commit=commit)
+        run = yield commit
     return run
 
 
@@ -337,7 +503,7 @@ def _tool_outcome(
     *,
     alone: bool,
     followup_node: bool,
-) -> StepCommit | ToolOutcome:
+) -> Generator[SlowCall, Any, StepCommit | ToolOutcome]:
     """Either a StepCommit (the run pauses, fails or moves to the followup node) or what the
     call came to."""
     raw_arguments = call["function"].get("arguments") or "{}"
@@ -391,7 +557,7 @@ def _tool_outcome(
     )
     try:
         if tool.blocking:
-            result = _wait(lease, lambda: tool.executor(validated, context), token)
+            result = yield SlowCall(lambda: tool.executor(validated, context), token)
         else:
             result = tool.executor(validated, context)
     except ToolError as error:

@@ -812,15 +812,15 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
     failure stays that run's.
     """
     now = timezone.now()
-    saved = [_row_copy(lease.run) for lease, _commit in steps]
+    saved = [_memory_copy(lease) for lease, _commit in steps]
     planned = [_step_plan(lease, commit, now) for lease, commit in steps]
     try:
         _steps_write(planned, now)
     except Exception as error:
         if len(steps) == 1:
             return [error]
-        for (lease, _commit), copy in zip(steps, saved, strict=True):
-            lease.run.__dict__.update(copy)
+        for step, copy in zip(steps, saved, strict=True):
+            _memory_restore(*step, copy)
         return [runs_step_commit([step])[0] for step in steps]
     outcomes: list[AgentRun | Exception] = []
     for step in planned:
@@ -834,8 +834,18 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
     return outcomes
 
 
-def _row_copy(run: AgentRun) -> dict[str, Any]:
-    return {f.attname: getattr(run, f.attname) for f in AgentRun._meta.concrete_fields}
+def _memory_copy(lease: Lease) -> dict[str, Any]:
+    """What a step's writes change in memory: the run's fields and the lease's attempt."""
+    copy = {f.attname: getattr(lease.run, f.attname) for f in AgentRun._meta.concrete_fields}
+    return {"run": copy, "attempt": (lease.attempt_id, lease.attempt_no)}
+
+
+def _memory_restore(lease: Lease, commit: StepCommit, copy: dict[str, Any]) -> None:
+    """Undo in memory what a rolled-back transaction wrote, before the step is written again."""
+    lease.run.__dict__.update(copy["run"])
+    lease.attempt_id, lease.attempt_no = copy["attempt"]
+    for execution in commit.tool_executions:
+        execution.pk = None  # its id was rolled back; another writer may have it by now
 
 
 def _step_plan(lease: Lease, commit: StepCommit, now) -> _PlannedStep:

@@ -35,6 +35,16 @@ def fast_passwords(settings):
 
 
 @pytest.fixture
+def stock_latency(settings):
+    """stock_latency(seconds): how long the warehouse's stock check takes."""
+
+    def set_latency(seconds: float) -> None:
+        settings.AGENTPORTAL = {**settings.AGENTPORTAL, "STOCK_LATENCY_SECONDS": seconds}
+
+    return set_latency
+
+
+@pytest.fixture
 def demo(db):
     """The documented demo data (API.md, Operations)."""
     call_command("seed_demo", stdout=io.StringIO())

@@ -68,3 +68,33 @@ def test_a_plain_run_commits_at_most_six_times(demo):
     assert run.status == RunStatus.COMPLETED
     assert 3 <= counter.commits <= MAX_COMMITS_PER_PLAIN_RUN
     assert not connection.in_atomic_block
+
+
+# A batch shares its claim and each round's transaction, events and attempts between its runs.
+MAX_QUERIES_PER_BATCHED_STEP = 5
+
+
+@pytest.mark.parametrize("runs_already_there", [0, 500])
+def test_a_batch_of_runs_costs_fewer_statements_per_step(demo, runs_already_there):
+    # given: six plain runs of six customers
+    _old_runs(demo, runs_already_there)
+    runs = []
+    for index in range(6):
+        customer = factories.user_create(merchant=demo)
+        number = f"ORD-6{index}"
+        factories.order_create(merchant=demo, customer=customer, number=number)
+        message = f"What is the status of order {number}?"
+        runs.append(factories.run_queue(customer=customer, merchant=demo, message=message))
+    counter = Counter()
+
+    # when: claimed and executed together
+    with counter.counting():
+        leases = services.runs_claim(limit=6)
+        worker.run_slices(leases)
+
+    # then
+    assert len(leases) == 6
+    steps = sum(AgentRun.objects.get(pk=run.pk).step for run in runs)
+    assert all(AgentRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED for run in runs)
+    assert steps == 6 * 3
+    assert counter.queries <= MAX_QUERIES_PER_BATCHED_STEP * steps

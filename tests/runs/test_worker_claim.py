@@ -47,14 +47,6 @@ STATUS_QUESTION = "What is the status of order {order}?"
 STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
 
 
-@pytest.fixture
-def stock_latency(settings):
-    def set_latency(seconds: float) -> None:
-        settings.AGENTPORTAL = {**settings.AGENTPORTAL, "STOCK_LATENCY_SECONDS": seconds}
-
-    return set_latency
-
-
 # --- helpers -------------------------------------------------------------------------------
 
 

@@ -1,0 +1,152 @@
+"""A worker executes a batch of runs together: one commit per round, each run guarded by its
+own lease, one run's trouble its own (real connections, on SQLite and PostgreSQL)."""
+
+import pytest
+
+from runs import services, worker
+from runs.metrics import Counter
+from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStatus, ToolExecution
+from tests import factories
+from tests.conftest import wait_for
+from tests.runs.test_worker_claim import (
+    STOCK_QUESTION,
+    Background,
+    assert_completed_once,
+    assert_timeline_contiguous,
+    customer_with_order,
+    in_threads,
+    queue,
+    tool_started,
+    types,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _queued(shop, count: int, question: str | None = None) -> list[AgentRun]:
+    runs = []
+    for index in range(count):
+        number = f"ORD-8{index:02d}"
+        customer = customer_with_order(shop, number)
+        if question is None:
+            runs.append(queue(customer, shop, number))
+        else:
+            runs.append(queue(customer, shop, number, question))
+    return runs
+
+
+def test_a_batch_completes_every_run_with_one_commit_per_round():
+    # given: six plain runs claimed together
+    shop = factories.merchant_create(max_running_runs=8)
+    runs = _queued(shop, 6)
+    leases = services.runs_claim(limit=8)
+    assert sorted(str(lease.run_id) for lease in leases) == sorted(str(run.pk) for run in runs)
+
+    # when
+    with Counter().counting() as counter:
+        worker.run_slices(leases)
+
+    # then: three rounds (model, lookup_order, model), one commit each, for all six runs
+    assert counter.commits == 3
+    for run in runs:
+        assert_completed_once(run.pk)
+        assert list(
+            ModelAttempt.objects.filter(run=run).order_by("step").values_list("step", "status")
+        ) == [(0, AttemptStatus.RESPONDED), (2, AttemptStatus.RESPONDED)]
+        assert list(ToolExecution.objects.filter(run=run).values_list("tool", flat=True)) == [
+            "lookup_order"
+        ]
+
+
+@pytest.mark.parametrize("capacity", [3, 5])
+def test_racing_batch_claims_never_exceed_the_shops_capacity(capacity):
+    # given
+    shop = factories.merchant_create(max_running_runs=capacity)
+    _queued(shop, 9)
+
+    # when: four workers each claim a batch at once
+    batches = in_threads(lambda _: services.runs_claim(limit=4), 4)
+
+    # then
+    claimed = [lease.run_id for batch in batches for lease in batch]
+    assert len(claimed) == len(set(claimed)) == capacity
+    assert AgentRun.objects.filter(merchant=shop, status=RunStatus.RUNNING).count() == capacity
+
+
+def test_a_run_cancelled_in_a_batch_commits_nothing_while_the_others_complete():
+    # given: a batch of three, one of which a customer stops before its first commit
+    shop = factories.merchant_create()
+    first, stopped, last = _queued(shop, 3)
+    leases = services.runs_claim(limit=3)
+    services.run_cancel(run=AgentRun.objects.get(pk=stopped.pk))
+
+    # when
+    worker.run_slices(leases)
+
+    # then
+    assert_completed_once(first.pk)
+    assert_completed_once(last.pk)
+    stopped.refresh_from_db()
+    assert stopped.status == RunStatus.CANCELLED
+    assert types(stopped.pk)[-1] == "run.cancelled"
+    assert "model.responded" not in types(stopped.pk)
+    assert not ToolExecution.objects.filter(run=stopped).exists()
+    assert_timeline_contiguous(stopped.pk)
+
+
+def test_a_commit_that_fails_is_its_own_runs_and_the_batch_goes_on(monkeypatch):
+    # given: a finish hook that breaks on one run of the batch
+    shop = factories.merchant_create()
+    first, broken, last = _queued(shop, 3)
+
+    def hook(run, previous):
+        if run.pk == broken.pk:
+            raise RuntimeError("a bug in a domain hook")
+
+    monkeypatch.setattr(services, "RUN_FINISH_HOOKS", [*services.RUN_FINISH_HOOKS, hook])
+    leases = services.runs_claim(limit=3)
+
+    # when: the last round rolls back, and each of its steps is committed on its own
+    worker.run_slices(leases)
+
+    # then: the others completed once each; the broken one is parked for an operator, as it
+    # was before its last step, with nothing of that step written
+    assert_completed_once(first.pk)
+    assert_completed_once(last.pk)
+    broken.refresh_from_db()
+    assert broken.status == RunStatus.RUNNING
+    assert broken.lease_expires_at == services.PARKED_UNTIL
+    assert "run.completed" not in types(broken.pk)
+    assert "message.assistant" not in types(broken.pk)
+    assert list(ModelAttempt.objects.filter(run=broken).values_list("status", flat=True)) == [
+        AttemptStatus.RESPONDED,
+        AttemptStatus.STARTED,
+    ]
+    assert_timeline_contiguous(broken.pk)
+
+
+def test_a_slow_call_does_not_hold_up_the_other_runs_of_its_batch(stock_latency):
+    # given: a batch with a run inside a slow stock check and two plain runs
+    stock_latency(10)
+    shop = factories.merchant_create()
+    [slow] = _queued(shop, 1, STOCK_QUESTION)
+    plain = [queue(customer_with_order(shop, f"ORD-9{i}"), shop, f"ORD-9{i}") for i in range(2)]
+    busy = Background(worker.tick)
+
+    # when: the plain runs finish while the stock check is still running
+    wait_for(tool_started(slow.pk, "check_stock"), timeout=10, interval=0.02)
+    wait_for(
+        lambda: all(AgentRun.objects.get(pk=run.pk).is_finished for run in plain),
+        timeout=8,
+        interval=0.02,
+    )
+    assert AgentRun.objects.get(pk=slow.pk).status == RunStatus.RUNNING
+    assert not RunEvent.objects.filter(run=slow, type="tool.result", data__tool="check_stock")
+
+    # then: stopping the slow run lets the worker go; the plain runs were done long before
+    services.run_cancel(run=AgentRun.objects.get(pk=slow.pk))
+    assert busy.join(timeout=5) == 3
+    for run in plain:
+        assert_completed_once(run.pk)
+    assert types(slow.pk)[-1] == "run.cancelled"
+    assert not ToolExecution.objects.filter(run=slow, tool="check_stock").exists()

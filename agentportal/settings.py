@@ -103,11 +103,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {
         "NAME": os.environ.get("AGENTPORTAL_TEST_SQLITE", str(BASE_DIR / "test.sqlite3"))
     }
-
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+    "AGENTPORTAL_PG_PREPARED_STATEMENTS", True
+):
     # Server-side binding lets psycopg prepare a statement once it was run five times on a
     # connection; the worker's few statements then skip parsing and planning, which halved
-    # the database's CPU per run (measured with the plain benchmark).
+    # the database's CPU per run (measured with the plain benchmark). A pooler in
+    # transaction mode may not keep them: turn them off there.
     DATABASES["default"]["OPTIONS"] = {
         "server_side_binding": True,
         "prepare_threshold": 5,

@@ -453,14 +453,22 @@ def _running_count(now) -> Subquery:
     )
 
 
+def _columns(model, alias: str = "") -> str:
+    """A model's columns by name rather than `*`: the result of a statement PostgreSQL has
+    prepared must keep its shape when a migration adds a column."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f'{prefix}"{field.column}"' for field in model._meta.concrete_fields)
+
+
 # The claim's statements, by hand like CANDIDATES_SQL (see _assignments).
-MERCHANT_LOCK_SQL = "SELECT * FROM agentportal_merchant WHERE id = %s {lock}"
+MERCHANT_LOCK_SQL = f"SELECT {_columns(Merchant)} FROM agentportal_merchant WHERE id = %s {{lock}}"
 RUNNING_COUNT_SQL = (
     "SELECT COUNT(*) FROM runs_agentrun WHERE merchant_id = %(merchant)s"
     " AND status = 'RUNNING' AND lease_expires_at >= %(now)s"
 )
 NEXT_RUNS_SQL = (
-    f"SELECT * FROM runs_agentrun r WHERE r.merchant_id = %(merchant)s AND {CLAIMABLE_SQL}"
+    f"SELECT {_columns(AgentRun, 'r')} FROM runs_agentrun r"
+    f" WHERE r.merchant_id = %(merchant)s AND {CLAIMABLE_SQL}"
     " ORDER BY r.created_at LIMIT %(limit)s {lock}"
 )
 CLAIM_UPDATE_SQL = (

@@ -150,3 +150,44 @@ def test_a_slow_call_does_not_hold_up_the_other_runs_of_its_batch(stock_latency)
         assert_completed_once(run.pk)
     assert types(slow.pk)[-1] == "run.cancelled"
     assert not ToolExecution.objects.filter(run=slow, tool="check_stock").exists()
+
+
+def test_runs_queued_later_join_a_batch_while_a_slow_call_holds_one_of_it(stock_latency):
+    # given: a worker whose only run is inside a slow stock check
+    stock_latency(10)
+    shop = factories.merchant_create()
+    [slow] = _queued(shop, 1, STOCK_QUESTION)
+    busy = Background(worker.tick)
+    wait_for(tool_started(slow.pk, "check_stock"), timeout=10, interval=0.02)
+
+    # when: more runs are queued
+    later = [queue(customer_with_order(shop, f"ORD-7{i}"), shop, f"ORD-7{i}") for i in range(3)]
+
+    # then: the same worker completes them while the call still runs
+    wait_for(
+        lambda: all(AgentRun.objects.get(pk=run.pk).is_finished for run in later),
+        timeout=8,
+        interval=0.02,
+    )
+    assert AgentRun.objects.get(pk=slow.pk).status == RunStatus.RUNNING
+    services.run_cancel(run=AgentRun.objects.get(pk=slow.pk))
+    assert busy.join(timeout=5) == 4
+    for run in later:
+        assert_completed_once(run.pk)
+
+
+def test_a_tick_whose_claim_budget_is_spent_claims_no_more_and_hands_over(settings, monkeypatch):
+    # given: queued runs and a tick whose claim budget is spent
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "TICK_CLAIM_SECONDS": 0}
+    shop = factories.merchant_create()
+    runs = _queued(shop, 3)
+    handed_over = []
+    monkeypatch.setattr(services, "tick_enqueue", lambda count=1: handed_over.append(count))
+
+    # when
+    executed = worker.tick()
+
+    # then: nothing was claimed past the budget, and a fresh tick was asked for
+    assert executed == 0
+    assert handed_over == [1]
+    assert all(AgentRun.objects.get(pk=run.pk).status == RunStatus.QUEUED for run in runs)

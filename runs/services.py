@@ -492,26 +492,28 @@ def run_claim() -> Lease | None:
 
 
 def runs_claim(*, limit: int) -> list[Lease]:
-    """Claim up to `limit` runs of one shop fairly, in one transaction, and take their
-    leases; [] when nothing is claimable.
+    """Claim up to `limit` runs fairly and take their leases; [] when nothing is claimable.
 
-    Shops under their reserved slots first, then the shop scheduled longest ago, then its
-    oldest runs; a shop at its running-run capacity is passed over, and no claim takes more
-    than its free capacity. The Merchant row's lock makes the capacity check exact across
-    workers.
+    Shops under their reserved slots first (up to those slots), then the shop scheduled
+    longest ago, then its oldest runs: a shop's turn is as many runs as the claim has room
+    for, within its free capacity. Each shop's runs are claimed in one transaction, and its
+    Merchant row's lock makes the capacity check exact across workers.
     """
+    leases: list[Lease] = []
     for _ in range(100):
         with connection.cursor() as cursor:
             cursor.execute(CANDIDATES_SQL, {"now": timezone.now()})
             candidates = [row[0] for row in cursor.fetchall()]
-        leases, failed = [], 0
+        failed = 0
         for merchant_id in candidates:
-            leases, failed = _claim_from(merchant_id, limit)
-            if leases or failed:
-                break
+            claimed, failed_here = _claim_from(merchant_id, limit - len(leases))
+            leases += claimed
+            failed += failed_here
+            if len(leases) >= limit:
+                return leases
         if leases or not failed:
             return leases
-    return []
+    return leases
 
 
 def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
@@ -529,6 +531,9 @@ def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
             cursor.execute(RUNNING_COUNT_SQL, moment)
             [running] = cursor.fetchone()
         free = merchant.max_running_runs - running
+        if running < merchant.reserved_slots:
+            # Its turn before the others' is only for its reserved slots.
+            free = min(free, merchant.reserved_slots - running)
         if not merchant.active or free <= 0:
             return [], 0
         found = list(
@@ -679,7 +684,7 @@ def _account_allowed() -> Exists:
 GUARDED_UPDATE_SQL = """
 UPDATE runs_agentrun SET {assignments}
 WHERE id = %s AND status = 'RUNNING' AND lease_token = %s AND control_version = %s
-  AND version = %s
+  AND version = %s AND lease_expires_at >= %s
   AND EXISTS (SELECT 1 FROM agentportal_membership ms WHERE ms.user_id = runs_agentrun.account_id
               AND ms.merchant_id = runs_agentrun.merchant_id AND ms.active = %s)
   AND EXISTS (SELECT 1 FROM agentportal_merchant mc WHERE mc.id = runs_agentrun.merchant_id
@@ -691,15 +696,15 @@ def locked_run(lease: Lease, fields: dict[str, Any]) -> bool:
     """Lock a run for a step commit with one conditional UPDATE that applies `fields`; the one
     guard against stale writers. True when the worker still holds the run.
 
-    The UPDATE matches only while the run is RUNNING under this lease token and control
-    version, unchanged since the worker last wrote it, its merchant active and its account
-    still a member; it takes the row's lock on PostgreSQL (SQLite holds its write lock from
+    The UPDATE matches only while the run is RUNNING under this lease token, unexpired, and
+    control version, unchanged since the worker last wrote it, its merchant active and its
+    account still a member; it takes the row's lock on PostgreSQL (SQLite holds its write lock from
     BEGIN). Call inside the transaction that writes the step: when it matches nothing, the
     step must write nothing.
     """
     assignments, params = _assignments(AgentRun, fields)
     params += [_run_pk(lease.run_id), lease.token, lease.control_version, lease.run.version]
-    params += [True, True]
+    params += [_prepared(AgentRun, "lease_expires_at", timezone.now()), True, True]
     with connection.cursor() as cursor:
         cursor.execute(GUARDED_UPDATE_SQL.format(assignments=assignments), params)
         return cursor.rowcount == 1
@@ -763,6 +768,7 @@ def _raise_lost(lease: Lease) -> None:
         or current.lease_token != lease.token
         or current.control_version != lease.control_version
         or current.version != lease.run.version
+        or current.lease_expires_at < timezone.now()
     ):
         raise LostRun(f"run {lease.run_id} is no longer held by this lease")
     raise AccessRevoked(f"run {lease.run_id}: merchant inactive or membership revoked")
@@ -1018,6 +1024,22 @@ def run_park(*, lease: Lease, reason: str) -> None:
     logger.error("run %s parked for an operator: %s", lease.run_id, reason)
     if not parked:
         logger.error("run %s was no longer held when parking it", lease.run_id)
+
+
+def runs_release(leases: list[Lease]) -> int:
+    """Hand runs a worker can no longer execute back to the queue at once, rather than when
+    their leases expire; each only while that worker still holds it. They go on from their
+    last commit."""
+    now = timezone.now()
+    released = 0
+    with transaction.atomic():
+        for lease in leases:
+            released += AgentRun.objects.filter(
+                pk=lease.run_id, status=RunStatus.RUNNING, lease_token=lease.token
+            ).update(status=RunStatus.QUEUED, lease_expires_at=None, updated_at=now)
+        if released:
+            tick_enqueue()
+    return released
 
 
 def run_unpark(*, run_id) -> bool:

@@ -1,4 +1,5 @@
-"""Executing a claimed run: the graph's nodes, one committed step at a time.
+"""Executing claimed runs: the graph's nodes, one committed step at a time for each run, the
+steps of the runs a worker holds committed together.
 
 Nothing slow happens inside a transaction: the model and the tools are called between commits,
 and every commit goes through runs.services.runs_step_commit, which re-checks each lease.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import DatabaseError, OperationalError, close_old_connections, connections
 from pydantic import ValidationError
 
 from runs import services
@@ -47,7 +48,7 @@ T = TypeVar("T")
 # Interrupt handlers for tool policies other than `auto`, registered by domain apps. A handler
 # gets the run, the lease, the tool, its validated arguments and the call's key, and returns a
 # StepCommit (pause the run, or fail it) or the call's ToolOutcome.
-INTERRUPT_HANDLERS: dict[str, Callable[..., StepCommit | None]] = {}
+INTERRUPT_HANDLERS: dict[str, Callable[..., "StepCommit | ToolOutcome"]] = {}
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,7 @@ def tick() -> int:
     claims = _Claims(until=started + _config("TICK_CLAIM_SECONDS"))
     # Every slice ends by then, so a tick stays inside django-q2's task timeout (150 s) even
     # with a step in flight when its slice ends.
-    run_slices([], ends=started + _config("TICK_BUDGET_SECONDS"), claims=claims)
-    if claims.spent:
-        # Runs may be waiting: hand over to a fresh tick.
-        services.tick_enqueue()
+    _fly([], ends=started + _config("TICK_BUDGET_SECONDS"), claims=claims)
     return claims.count
 
 
@@ -115,12 +113,20 @@ class _Claims:
     def more(self, *, holding: int) -> list[Lease]:
         batch = _config("TICK_BATCH_RUNS")
         now = time.monotonic()
-        if holding and (batch - holding < max(1, batch // 2) or now < self.retry_at):
+        if self.spent or (
+            holding and (batch - holding < max(1, batch // 2) or now < self.retry_at)
+        ):
             return []
         if now >= self.until:
+            # Runs may be waiting: hand over to a fresh tick now, not when this batch ends.
             self.spent = True
+            services.tick_enqueue()
             return []
-        leases = services.runs_claim(limit=batch - holding)
+        try:
+            leases = services.runs_claim(limit=batch - holding)
+        except DatabaseError:
+            logger.exception("claiming runs failed; trying again after a poll")
+            leases = []
         self.count += len(leases)
         if not leases:
             # Nothing claimable: look again after a poll, not at every round.
@@ -130,51 +136,78 @@ class _Claims:
 
 def run_slice(lease: Lease, *, ends: float = math.inf) -> None:
     """Execute a claimed run until it finishes, waits, spends its slice or is lost."""
-    run_slices([lease], ends=ends)
+    _fly(_flights([lease], ends=ends), ends=ends)
 
 
-def run_slices(
-    leases: list[Lease], *, ends: float = math.inf, claims: _Claims | None = None
-) -> None:
-    """Execute claimed runs together until each finishes, waits, spends its slice or is lost;
-    with `claims`, more runs join while there is room.
+def run_slices(leases: list[Lease], *, ends: float = math.inf) -> None:
+    """Execute claimed runs together until each finishes, waits, spends its slice or is
+    lost."""
+    _fly(_flights(leases, ends=ends), ends=ends)
+
+
+def run_step(lease: Lease) -> AgentRun:
+    """Execute the node the run is at and commit its outcome, on its own.
+
+    Raises what stopped it instead of settling it: LostRun or AccessRevoked when the worker no
+    longer holds the run.
+    """
+    flight = _Flight(lease, _step(lease), settle=False)
+    _fly([flight], ends=math.inf)
+    if flight.error is not None:
+        raise flight.error
+    return flight.result
+
+
+def _flights(leases: list[Lease], *, ends: float) -> list["_Flight"]:
+    """Start executing claimed runs, each up to the end of its slice."""
+    slice_ends = min(ends, time.monotonic() + _config("SLICE_SECONDS"))
+    flights = []
+    for lease in leases:
+        lease.slice_ends = slice_ends
+        flights.append(_Flight(lease, _slice(lease)))
+    return flights
+
+
+def _fly(flights: list["_Flight"], *, ends: float, claims: _Claims | None = None) -> None:
+    """Execute runs together until each finishes, waits, spends its slice or is lost; with
+    `claims`, more runs join while there is room.
 
     They go in rounds: each run executes its node up to the node's commit, then the round's
     commits are written in one transaction, each guarded by its own lease. A run waiting on a
-    slow call does not hold the others up: the call runs in a thread while they go on. A spent
-    slice is noticed by the next step's commit, which hands the run back to the queue.
+    slow call does not hold the others up: the call runs in a thread while they go on, and
+    the run is polled so that /stop is noticed within CANCEL_POLL_SECONDS. A spent slice is
+    noticed by the next step's commit, which hands the run back to the queue. Whatever stops
+    this loop itself hands the runs still in it back to the queue at once.
     """
-    flights: list[_Flight] = []
-
-    def join(new: list[Lease]) -> None:
-        slice_ends = min(ends, time.monotonic() + _config("SLICE_SECONDS"))
-        for lease in new:
-            lease.slice_ends = slice_ends
-            flights.append(_Flight(lease, _slice(lease)))
-
-    join(leases)
     polled = time.monotonic()
-    while True:
-        flights[:] = [flight for flight in flights if not flight.done]
-        if claims is not None:
-            join(claims.more(holding=len(flights)))
-        if not flights:
-            return
-        for flight in flights:
-            if flight.call_done():
-                flight.advance(flight.call_outcome())
-        if time.monotonic() - polled >= _config("CANCEL_POLL_SECONDS"):
-            _abandon_lost([flight for flight in flights if flight.in_call()])
-            polled = time.monotonic()
-        ready = [flight for flight in flights if isinstance(flight.wants, StepCommit)]
-        if ready:
-            outcomes = services.runs_step_commit([(f.lease, f.wants) for f in ready])
-            for flight, outcome in zip(ready, outcomes, strict=True):
-                flight.advance(outcome)
-            continue
-        calls = [flight.future for flight in flights if flight.in_call()]
-        if calls:
-            wait(calls, timeout=_config("CANCEL_POLL_SECONDS"), return_when=FIRST_COMPLETED)
+    try:
+        while True:
+            flights[:] = [flight for flight in flights if not flight.done]
+            if claims is not None:
+                flights += _flights(claims.more(holding=len(flights)), ends=ends)
+            if not flights:
+                return
+            for flight in flights:
+                if flight.call_done():
+                    flight.advance(flight.call_outcome())
+            if time.monotonic() - polled >= _config("CANCEL_POLL_SECONDS"):
+                _abandon_lost([flight for flight in flights if flight.in_call()])
+                polled = time.monotonic()
+            ready = [f for f in flights if not f.done and isinstance(f.wants, StepCommit)]
+            if ready:
+                outcomes = services.runs_step_commit([(f.lease, f.wants) for f in ready])
+                for flight, outcome in zip(ready, outcomes, strict=True):
+                    flight.advance(outcome)
+                continue
+            calls = [flight.future for flight in flights if flight.in_call()]
+            if calls:
+                wait(calls, timeout=_config("CANCEL_POLL_SECONDS"), return_when=FIRST_COMPLETED)
+    finally:
+        stranded = [flight for flight in flights if not flight.done]
+        for flight in stranded:
+            flight.drop()
+        if stranded:
+            _settle(services.runs_release, [flight.lease for flight in stranded])
 
 
 def _slice(lease: Lease) -> Step:
@@ -184,15 +217,43 @@ def _slice(lease: Lease) -> Step:
     return run
 
 
-class _Flight:
-    """A run a worker is executing among others: its steps, and what they wait for."""
+def _step(lease: Lease) -> Step:
+    """Execute the node the run is at up to its commit."""
+    run = lease.run
+    if run.next_node == Node.MODEL:
+        return (yield from _model_step(run, lease))
+    if run.next_node == Node.TOOLS:
+        return (yield from _tools_step(run, lease))
+    if run.next_node == Node.FOLLOWUP:
+        return (yield from _tools_step(run, lease, followup_node=True))
+    raise LostRun(f"run {run.pk} has no node to execute at {run.next_node}")
 
-    def __init__(self, lease: Lease, steps: Step) -> None:
+
+def _settle(action: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Record what became of a run the worker gives up; a database that fails here only
+    leaves the run to its lease's expiry."""
+    try:
+        action(*args, **kwargs)
+    except DatabaseError:
+        logger.exception("could not record what became of a run; its lease will expire")
+
+
+class _Flight:
+    """A run a worker is executing among others: its steps, and what they wait for.
+
+    With `settle`, what stops the steps is dealt with here (a lost run dropped, a revoked one
+    failed, a bug parked for an operator); without, it is kept in `error` for the caller.
+    """
+
+    def __init__(self, lease: Lease, steps: Step, *, settle: bool = True) -> None:
         self.lease = lease
         self.steps = steps
+        self.settle = settle
         self.wants: StepCommit | SlowCall | None = None
         self.future: Future | None = None
         self.done = False
+        self.result: AgentRun | None = None
+        self.error: Exception | None = None
         self.advance(None)
 
     def in_call(self) -> bool:
@@ -213,26 +274,46 @@ class _Flight:
                 self.wants = self.steps.throw(outcome)
             else:
                 self.wants = self.steps.send(outcome)
-        except StopIteration:
-            self.done = True
-        except (LostRun, RunAbandoned) as lost:
-            logger.info("dropping run %s: %s", self.lease.run_id, lost)
-            self.done = True
-        except AccessRevoked:
-            services.run_fail_access_revoked(lease=self.lease)
-            self.done = True
+            if not isinstance(self.wants, StepCommit | SlowCall):
+                raise TypeError(f"a step yielded {self.wants!r}")
+        except StopIteration as finished:
+            self.done, self.result = True, finished.value
+            return
         except Exception as error:
-            logger.exception("run %s failed unexpectedly", self.lease.run_id)
-            services.run_park(lease=self.lease, reason=f"{type(error).__name__}: {error}")
             self.done = True
+            if self.settle:
+                self._settle(error)
+            else:
+                self.error = error
+            return
+        if isinstance(self.wants, SlowCall):
+            self.future = _pool().submit(_in_thread, self.wants.function)
+
+    def _settle(self, error: Exception) -> None:
+        lease = self.lease
+        if isinstance(error, LostRun | RunAbandoned):
+            logger.info("dropping run %s: %s", lease.run_id, error)
+        elif isinstance(error, AccessRevoked):
+            _settle(services.run_fail_access_revoked, lease=lease)
+        elif isinstance(error, OperationalError):
+            # A lock timeout, a deadlock, a lost connection: nothing of the step was written,
+            # and the run can go on from its last commit, here or in another worker.
+            logger.warning("run %s handed back to the queue: %s", lease.run_id, error)
+            _settle(services.runs_release, [lease])
         else:
-            if isinstance(self.wants, SlowCall):
-                self.future = _pool().submit(_in_thread, self.wants.function)
+            logger.error("run %s failed unexpectedly", lease.run_id, exc_info=error)
+            _settle(services.run_park, lease=lease, reason=f"{type(error).__name__}: {error}")
 
     def abandon(self) -> None:
-        self.wants.token.cancel()
-        self.future = None
+        """The run was stopped or taken over during its slow call: cancel the call."""
+        self.drop()
         self.advance(RunAbandoned(f"run {self.lease.run_id} stopped while waiting"))
+
+    def drop(self) -> None:
+        if self.future is not None:
+            self.future.cancel()  # one not started yet never runs
+            self.wants.token.cancel()
+            self.future = None
 
 
 def _abandon_lost(flights: list[_Flight]) -> None:
@@ -240,51 +321,19 @@ def _abandon_lost(flights: list[_Flight]) -> None:
     if not flights:
         return
     close_old_connections()
-    held = set(
-        AgentRun.objects.filter(
-            pk__in=[flight.lease.run_id for flight in flights], status=RunStatus.RUNNING
-        ).values_list("pk", "lease_token", "control_version")
-    )
+    try:
+        held = set(
+            AgentRun.objects.filter(
+                pk__in=[flight.lease.run_id for flight in flights], status=RunStatus.RUNNING
+            ).values_list("pk", "lease_token", "control_version")
+        )
+    except DatabaseError:
+        logger.exception("could not poll the runs in slow calls; polling again later")
+        return
     for flight in flights:
         lease = flight.lease
         if (lease.run_id, lease.token, lease.control_version) not in held:
             flight.abandon()
-
-
-def run_step(lease: Lease) -> AgentRun:
-    """Execute the node the run is at and commit its outcome, on its own.
-
-    Raises LostRun or AccessRevoked when the worker no longer holds the run.
-    """
-    steps = _step(lease)
-    outcome: Any = None
-    while True:
-        try:
-            if isinstance(outcome, BaseException):
-                wants = steps.throw(outcome)
-            else:
-                wants = steps.send(outcome)
-        except StopIteration as finished:
-            return finished.value
-        try:
-            if isinstance(wants, SlowCall):
-                outcome = _wait(lease, wants)
-            else:
-                outcome = services.run_step_commit(lease=lease, commit=wants)
-        except Exception as error:
-            outcome = error
-
-
-def _step(lease: Lease) -> Step:
-    """Execute the node the run is at up to its commit."""
-    run = lease.run
-    if run.next_node == Node.MODEL:
-        return (yield from _model_step(run, lease))
-    if run.next_node == Node.TOOLS:
-        return (yield from _tools_step(run, lease))
-    if run.next_node == Node.FOLLOWUP:
-        return (yield from _tools_step(run, lease, followup_node=True))
-    raise LostRun(f"run {run.pk} has no node to execute at {run.next_node}")
 
 
 # --- waiting on slow work ------------------------------------------------------------------
@@ -297,8 +346,10 @@ def _pool() -> ThreadPoolExecutor:
     global _executor
     with _executor_lock:
         if _executor is None:
+            # Room for a batch's calls, and for calls of stopped runs that ignore their
+            # cancellation token (a model call runs to its timeout).
             _executor = ThreadPoolExecutor(
-                max_workers=_config("TICK_BATCH_RUNS"), thread_name_prefix="agent-call"
+                max_workers=2 * _config("TICK_BATCH_RUNS"), thread_name_prefix="agent-call"
             )
         return _executor
 
@@ -309,29 +360,6 @@ def _in_thread(function: Callable[[], T]) -> T:
     finally:
         # A thread that waited on a model or a tool closes its own database connections.
         connections.close_all()
-
-
-def _wait(lease: Lease, call: SlowCall) -> Any:
-    """Run a slow call of a run executed on its own, polling the run so that /stop is
-    noticed within CANCEL_POLL_SECONDS."""
-    future: Future = _pool().submit(_in_thread, call.function)
-    while True:
-        try:
-            return future.result(timeout=_config("CANCEL_POLL_SECONDS"))
-        except TimeoutError:
-            if not _still_held(lease):
-                call.token.cancel()
-                raise RunAbandoned(f"run {lease.run_id} stopped while waiting") from None
-
-
-def _still_held(lease: Lease) -> bool:
-    close_old_connections()
-    return AgentRun.objects.filter(
-        pk=lease.run_id,
-        status=RunStatus.RUNNING,
-        lease_token=lease.token,
-        control_version=lease.control_version,
-    ).exists()
 
 
 # --- the model node ------------------------------------------------------------------------

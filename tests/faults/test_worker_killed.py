@@ -52,8 +52,9 @@ def assert_each_tool_ran_once(run_id) -> None:
 def test_worker_killed_inside_slow_tool_resumes_elsewhere_without_repeating_work(
     demo, api, cluster
 ):
-    # given: a short lease (so the test is quick) and a slow warehouse
-    env = {"AGENTPORTAL_STOCK_LATENCY_SECONDS": "3", "AGENTPORTAL_LEASE_SECONDS": "2"}
+    # given: a short lease (so the test is quick), though longer than the slow warehouse call:
+    # a worker whose lease expired may commit nothing
+    env = {"AGENTPORTAL_STOCK_LATENCY_SECONDS": "2", "AGENTPORTAL_LEASE_SECONDS": "3"}
     run_id = queue_stock_question(api, "stock-1002-killed")
     first = cluster(workers=2, env=env)
 

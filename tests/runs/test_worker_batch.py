@@ -1,11 +1,16 @@
 """A worker executes a batch of runs together: one commit per round, each run guarded by its
 own lease, one run's trouble its own (real connections, on SQLite and PostgreSQL)."""
 
+from datetime import timedelta
+
 import pytest
+from django.db import OperationalError
+from django.utils import timezone
 
 from runs import services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStatus, ToolExecution
+from runs.services import LostRun
 from tests import factories
 from tests.conftest import wait_for
 from tests.runs.test_worker_claim import (
@@ -191,3 +196,89 @@ def test_a_tick_whose_claim_budget_is_spent_claims_no_more_and_hands_over(settin
     assert executed == 0
     assert handed_over == [1]
     assert all(AgentRun.objects.get(pk=run.pk).status == RunStatus.QUEUED for run in runs)
+
+
+def test_a_batch_claim_gives_a_shop_its_reserved_slots_then_the_fair_order():
+    # given: a shop with two reserved slots, scheduled just now, and a never-scheduled shop
+    plain = factories.merchant_create()
+    reserved = factories.merchant_create(reserved_slots=2, last_scheduled_at=timezone.now())
+    plain_runs = _queued(plain, 4)
+    reserved_runs = _queued(reserved, 4)
+
+    # when
+    leases = services.runs_claim(limit=4)
+
+    # then: the reserved shop's two oldest runs, then the other shop's two oldest
+    assert [lease.run_id for lease in leases] == [
+        reserved_runs[0].pk,
+        reserved_runs[1].pk,
+        plain_runs[0].pk,
+        plain_runs[1].pk,
+    ]
+
+
+def test_a_worker_whose_lease_expired_commits_nothing_even_unchallenged():
+    # given: a claimed run whose lease expired while nobody else claimed it
+    shop = factories.merchant_create()
+    [run] = _queued(shop, 1)
+    lease = services.run_claim()
+    AgentRun.objects.filter(pk=run.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    before = list(RunEvent.objects.filter(run=run).values_list("seq", "type"))
+
+    # when / then
+    with pytest.raises(LostRun):
+        worker.run_step(lease)
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", "type")) == before
+    assert AgentRun.objects.get(pk=run.pk).step == 0
+
+
+def test_a_database_error_in_a_commit_hands_the_run_back_to_the_queue(monkeypatch):
+    # given: a run whose last commit meets a passing database error (a deadlock, a timeout)
+    shop = factories.merchant_create()
+    [run] = _queued(shop, 1)
+    broken = [True]
+
+    def hook(finished, previous):
+        if broken:
+            broken.clear()
+            raise OperationalError("deadlock detected")
+
+    monkeypatch.setattr(services, "RUN_FINISH_HOOKS", [*services.RUN_FINISH_HOOKS, hook])
+
+    # when
+    worker.run_slices(services.runs_claim(limit=1))
+
+    # then: back in the queue, not parked; the next worker completes it
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+    assert run.lease_expires_at is None
+    assert worker.tick() == 1
+    assert_completed_once(run.pk)
+
+
+def test_a_worker_that_fails_itself_hands_its_runs_back_at_once(monkeypatch):
+    # given: a batch whose worker breaks between rounds (not in any run's step)
+    shop = factories.merchant_create()
+    runs = _queued(shop, 3)
+    commit = services.runs_step_commit
+    rounds = []
+
+    def failing_after_one_round(steps):
+        rounds.append(len(steps))
+        if len(rounds) > 1:
+            raise RuntimeError("the worker broke")
+        return commit(steps)
+
+    monkeypatch.setattr(services, "runs_step_commit", failing_after_one_round)
+
+    # when
+    with pytest.raises(RuntimeError):
+        worker.run_slices(services.runs_claim(limit=3))
+
+    # then: every run is queued again from its first commit, not left to its lease's expiry
+    for run in runs:
+        run.refresh_from_db()
+        assert (run.status, run.lease_expires_at, run.step) == (RunStatus.QUEUED, None, 1)
+        assert types(run.pk).count("model.responded") == 1

@@ -210,7 +210,7 @@ AGENTPORTAL = {
     "TICK_CLAIM_SECONDS": env_float("AGENTPORTAL_TICK_CLAIM_SECONDS", 20.0),
     "TICK_BUDGET_SECONDS": env_float("AGENTPORTAL_TICK_BUDGET_SECONDS", 110.0),
     # How many runs a worker claims and executes together, their steps committed in rounds.
-    "TICK_BATCH_RUNS": env_int("AGENTPORTAL_TICK_BATCH_RUNS", 8),
+    "TICK_BATCH_RUNS": env_int("AGENTPORTAL_TICK_BATCH_RUNS", 16),
     "CANCEL_POLL_SECONDS": 0.25,
     "MAX_MODEL_CALLS": 6,
     "MAX_STEPS": 20,

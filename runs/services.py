@@ -848,6 +848,25 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
     return outcomes
 
 
+ATTEMPT_FINISH_SQL = "UPDATE runs_modelattempt SET {assignments} WHERE id = %s"
+
+
+def _attempt_finish(attempt_id: int, commit: StepCommit, now) -> None:
+    """Record how a model call went, on its STARTED attempt (by hand, like locked_run)."""
+    assignments, params = _assignments(
+        ModelAttempt,
+        {
+            "status": commit.attempt_status,
+            "usage": commit.attempt_usage,
+            "latency_ms": commit.attempt_latency_ms,
+            "error": commit.attempt_error,
+            "finished_at": now,
+        },
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(ATTEMPT_FINISH_SQL.format(assignments=assignments), [*params, attempt_id])
+
+
 def _memory_copy(lease: Lease) -> dict[str, Any]:
     """What a step's writes change in memory: the run's fields and the lease's attempt."""
     copy = {f.attname: getattr(lease.run, f.attname) for f in AgentRun._meta.concrete_fields}
@@ -926,13 +945,7 @@ def _steps_write(planned: list[_PlannedStep], now) -> None:
         for step in held:
             commit, lease = step.commit, step.lease
             if commit.attempt_status is not None and lease.attempt_id is not None:
-                ModelAttempt.objects.filter(pk=lease.attempt_id).update(
-                    status=commit.attempt_status,
-                    usage=commit.attempt_usage,
-                    latency_ms=commit.attempt_latency_ms,
-                    error=commit.attempt_error,
-                    finished_at=now,
-                )
+                _attempt_finish(lease.attempt_id, commit, now)
         executions = [execution for step in held for execution in step.commit.tool_executions]
         if executions:
             ToolExecution.objects.bulk_create(executions)

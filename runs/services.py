@@ -407,6 +407,9 @@ class Lease:
     # time.monotonic() at which the worker's slice ends: the step committed after it hands
     # the run back to the queue.
     slice_ends: float = math.inf
+    # The step whose tool calls this lease's holder got from the model itself: none of them
+    # can have a result yet, so nothing needs looking up.
+    fresh_turn: int | None = None
 
     def slice_spent(self) -> bool:
         return time.monotonic() >= self.slice_ends

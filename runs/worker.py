@@ -382,7 +382,10 @@ def _model_step(run: AgentRun, lease: Lease) -> Step:
     except ModelError as error:
         return (yield _model_failed(run, lease, str(error), started))
     latency_ms = int((time.monotonic() - started) * 1000)
-    return (yield _model_commit(response, latency_ms))
+    run = yield _model_commit(response, latency_ms)
+    if run.next_node == Node.TOOLS:
+        lease.fresh_turn = run.step
+    return run
 
 
 def _model_commit(response: ModelResponse, latency_ms: int) -> StepCommit:
@@ -450,10 +453,14 @@ def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> 
     calls = run.messages[-1].get("tool_calls") or []
     limit = run.release_snapshot["manifest"]["limits"]["max_tool_calls_per_turn"]
     keys = [tool_key(run, index) for index in range(len(calls))]
-    done = {
-        execution.idempotency_key: execution
-        for execution in ToolExecution.objects.filter(idempotency_key__in=keys)
-    }
+    done = {}
+    if lease.fresh_turn != run.step:
+        done = {
+            execution.idempotency_key: execution
+            for execution in ToolExecution.objects.filter(idempotency_key__in=keys)
+        }
+    # Coming back to this turn (the followup node) looks its results up again.
+    lease.fresh_turn = None
     declared = tools_declared(run.release_snapshot)
     for index, call in enumerate(calls):
         key = keys[index]

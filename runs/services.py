@@ -16,10 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import (
     Count,
     Exists,
+    F,
     IntegerField,
     OuterRef,
     Subquery,
@@ -498,8 +499,9 @@ def runs_claim(*, limit: int) -> list[Lease]:
     """Claim up to `limit` runs fairly and take their leases; [] when nothing is claimable.
 
     Shops under their reserved slots first (up to those slots), then the shop scheduled
-    longest ago, then its oldest runs: a shop's turn is as many runs as the claim has room
-    for, within its free capacity. Each shop's runs are claimed in one transaction, and its
+    longest ago, then its oldest runs, as if the runs were claimed one at a time: the room is
+    shared among the shops in that order, each within its free capacity, and what a shop
+    cannot use goes round again. Each shop's runs are claimed in one transaction, and its
     Merchant row's lock makes the capacity check exact across workers.
     """
     leases: list[Lease] = []
@@ -507,14 +509,17 @@ def runs_claim(*, limit: int) -> list[Lease]:
         with connection.cursor() as cursor:
             cursor.execute(CANDIDATES_SQL, {"now": timezone.now()})
             candidates = [row[0] for row in cursor.fetchall()]
-        failed = 0
+        if not candidates:
+            return leases
+        share = -(-(limit - len(leases)) // len(candidates))
+        progress = False
         for merchant_id in candidates:
-            claimed, failed_here = _claim_from(merchant_id, limit - len(leases))
+            claimed, failed = _claim_from(merchant_id, min(share, limit - len(leases)))
             leases += claimed
-            failed += failed_here
+            progress = progress or bool(claimed or failed)
             if len(leases) >= limit:
                 return leases
-        if leases or not failed:
+        if not progress:
             return leases
     return leases
 
@@ -771,6 +776,7 @@ def _raise_lost(lease: Lease) -> None:
         or current.lease_token != lease.token
         or current.control_version != lease.control_version
         or current.version != lease.run.version
+        or current.lease_expires_at is None
         or current.lease_expires_at < timezone.now()
     ):
         raise LostRun(f"run {lease.run_id} is no longer held by this lease")
@@ -826,29 +832,63 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
     the next node is the model, its STARTED attempt is recorded in the same commit, so the
     following model call costs no commit of its own. If writing one run's step fails, the
     transaction is rolled back and every step is committed again on its own, so that the
-    failure stays that run's.
+    failure stays that run's; a passing database error is every step's outcome instead.
     """
     now = timezone.now()
-    saved = [_memory_copy(lease) for lease, _commit in steps]
-    planned = [_step_plan(lease, commit, now) for lease, commit in steps]
+    outcomes: list[AgentRun | Exception | None] = [None] * len(steps)
+    planned: list[_PlannedStep] = []
+    saved = []
+    for index, (lease, commit) in enumerate(steps):
+        try:
+            planned.append(_step_plan(lease, commit, now))
+        except Exception as error:
+            outcomes[index] = error
+            continue
+        saved.append(_memory_copy(lease))
     try:
         _steps_write(planned, now)
     except Exception as error:
-        if len(steps) == 1:
-            return [error]
-        for step, copy in zip(steps, saved, strict=True):
-            _memory_restore(*step, copy)
-        return [runs_step_commit([step])[0] for step in steps]
-    outcomes: list[AgentRun | Exception] = []
-    for step in planned:
+        for step, copy in zip(planned, saved, strict=True):
+            _memory_restore(step.lease, step.commit, copy)
+        if len(planned) == 1 or database_error_passing(error):
+            # A passing error (a lock, a deadlock, a lost connection) would only be met
+            # again one step at a time: every run goes on from its last commit instead.
+            retried = [error] * len(planned)
+        else:
+            retried = [runs_step_commit([(s.lease, s.commit)])[0] for s in planned]
+        planned_outcomes = iter(retried)
+        return [o if o is not None else next(planned_outcomes) for o in outcomes]
+    planned_steps = iter(planned)
+    for index, outcome in enumerate(outcomes):
+        if outcome is not None:
+            continue
+        step = next(planned_steps)
         if step.held:
-            outcomes.append(step.lease.run)
+            outcomes[index] = step.lease.run
             continue
         try:
             _raise_lost(step.lease)
         except (LostRun, AccessRevoked) as lost:
-            outcomes.append(lost)
+            outcomes[index] = lost
     return outcomes
+
+
+# What a database error that comes and goes looks like: PostgreSQL's SQLSTATE classes for a
+# lost connection, and its codes for serialization failures, deadlocks, lock and statement
+# timeouts and a server shutting down; SQLite's busy database.
+PASSING_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P01")
+
+
+def database_error_passing(error: BaseException) -> bool:
+    """Whether a database error is worth trying again later rather than a bug."""
+    if isinstance(error, InterfaceError):
+        return True
+    if not isinstance(error, OperationalError):
+        return False
+    sqlstate = getattr(error.__cause__, "sqlstate", None)
+    if sqlstate:
+        return sqlstate.startswith(PASSING_SQLSTATE_PREFIXES)
+    return "database is locked" in str(error) or "database table is locked" in str(error)
 
 
 ATTEMPT_FINISH_SQL = "UPDATE runs_modelattempt SET {assignments} WHERE id = %s"
@@ -1052,10 +1092,37 @@ def runs_release(leases: list[Lease]) -> int:
         for lease in leases:
             released += AgentRun.objects.filter(
                 pk=lease.run_id, status=RunStatus.RUNNING, lease_token=lease.token
-            ).update(status=RunStatus.QUEUED, lease_expires_at=None, updated_at=now)
+            ).update(
+                status=RunStatus.QUEUED,
+                lease_expires_at=None,
+                version=F("version") + 1,
+                updated_at=now,
+            )
         if released:
             tick_enqueue()
     return released
+
+
+def leases_renew(leases: list[Lease]) -> list[Lease]:
+    """Renew the leases of runs whose worker waits on a slow call, while it still holds
+    them unexpired; the leases it no longer holds."""
+    now = timezone.now()
+    expires = now + timedelta(seconds=_config("LEASE_SECONDS"))
+    lost = []
+    with transaction.atomic():
+        for lease in leases:
+            renewed = AgentRun.objects.filter(
+                pk=lease.run_id,
+                status=RunStatus.RUNNING,
+                lease_token=lease.token,
+                control_version=lease.control_version,
+                lease_expires_at__gte=now,
+            ).update(lease_expires_at=expires)
+            if renewed:
+                lease.run.lease_expires_at = expires
+            else:
+                lost.append(lease)
+    return lost
 
 
 def run_unpark(*, run_id) -> bool:
@@ -1103,7 +1170,12 @@ def leases_expired_requeue() -> int:
     with transaction.atomic():
         return AgentRun.objects.filter(
             status=RunStatus.RUNNING, lease_expires_at__lt=timezone.now()
-        ).update(status=RunStatus.QUEUED, lease_expires_at=None, updated_at=timezone.now())
+        ).update(
+            status=RunStatus.QUEUED,
+            lease_expires_at=None,
+            version=F("version") + 1,
+            updated_at=timezone.now(),
+        )
 
 
 def deadlines_enforce() -> int:

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Generator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DatabaseError, OperationalError, close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connection, connections
+from django.utils import timezone
 from pydantic import ValidationError
 
 from runs import services
@@ -113,14 +115,14 @@ class _Claims:
     def more(self, *, holding: int) -> list[Lease]:
         batch = _config("TICK_BATCH_RUNS")
         now = time.monotonic()
-        if self.spent or (
-            holding and (batch - holding < max(1, batch // 2) or now < self.retry_at)
-        ):
+        if self.spent:
             return []
         if now >= self.until:
             # Runs may be waiting: hand over to a fresh tick now, not when this batch ends.
             self.spent = True
-            services.tick_enqueue()
+            _settle(services.tick_enqueue)
+            return []
+        if holding and (batch - holding < max(1, batch // 2) or now < self.retry_at):
             return []
         try:
             leases = services.runs_claim(limit=batch - holding)
@@ -182,6 +184,9 @@ def _fly(flights: list["_Flight"], *, ends: float, claims: _Claims | None = None
     polled = time.monotonic()
     try:
         while True:
+            if not connection.in_atomic_block:
+                # Between rounds, as between requests: a connection that broke is replaced.
+                close_old_connections()
             flights[:] = [flight for flight in flights if not flight.done]
             if claims is not None:
                 flights += _flights(claims.more(holding=len(flights)), ends=ends)
@@ -295,7 +300,7 @@ class _Flight:
             logger.info("dropping run %s: %s", lease.run_id, error)
         elif isinstance(error, AccessRevoked):
             _settle(services.run_fail_access_revoked, lease=lease)
-        elif isinstance(error, OperationalError):
+        elif services.database_error_passing(error):
             # A lock timeout, a deadlock, a lost connection: nothing of the step was written,
             # and the run can go on from its last commit, here or in another worker.
             logger.warning("run %s handed back to the queue: %s", lease.run_id, error)
@@ -317,22 +322,33 @@ class _Flight:
 
 
 def _abandon_lost(flights: list[_Flight]) -> None:
-    """Abandon the slow calls of runs their worker no longer holds (/stop, a takeover)."""
+    """Abandon the slow calls of runs their worker no longer holds (/stop, a takeover), and
+    renew the leases of the others before they run out, since a call may outlast a lease."""
     if not flights:
         return
-    close_old_connections()
     try:
         held = set(
             AgentRun.objects.filter(
                 pk__in=[flight.lease.run_id for flight in flights], status=RunStatus.RUNNING
             ).values_list("pk", "lease_token", "control_version")
         )
+        lost = [
+            flight
+            for flight in flights
+            if (flight.lease.run_id, flight.lease.token, flight.lease.control_version) not in held
+        ]
+        renew_by = timezone.now() + timedelta(seconds=_config("LEASE_SECONDS") / 2)
+        due = [
+            flight.lease
+            for flight in flights
+            if flight not in lost and flight.lease.run.lease_expires_at < renew_by
+        ]
+        expired = set(map(id, services.leases_renew(due))) if due else set()
     except DatabaseError:
         logger.exception("could not poll the runs in slow calls; polling again later")
         return
     for flight in flights:
-        lease = flight.lease
-        if (lease.run_id, lease.token, lease.control_version) not in held:
+        if flight in lost or id(flight.lease) in expired:
             flight.abandon()
 
 

@@ -243,7 +243,7 @@ def test_a_database_error_in_a_commit_hands_the_run_back_to_the_queue(monkeypatc
     def hook(finished, previous):
         if broken:
             broken.clear()
-            raise OperationalError("deadlock detected")
+            raise OperationalError("database is locked")
 
     monkeypatch.setattr(services, "RUN_FINISH_HOOKS", [*services.RUN_FINISH_HOOKS, hook])
 
@@ -282,3 +282,54 @@ def test_a_worker_that_fails_itself_hands_its_runs_back_at_once(monkeypatch):
         run.refresh_from_db()
         assert (run.status, run.lease_expires_at, run.step) == (RunStatus.QUEUED, None, 1)
         assert types(run.pk).count("model.responded") == 1
+
+
+def test_a_database_error_that_is_a_bug_parks_the_run_for_an_operator(monkeypatch):
+    # given: a commit that meets a database error no retry would cure
+    shop = factories.merchant_create()
+    [run] = _queued(shop, 1)
+
+    def hook(finished, previous):
+        raise OperationalError("no such column: runs_agentrun.renamed")
+
+    monkeypatch.setattr(services, "RUN_FINISH_HOOKS", [*services.RUN_FINISH_HOOKS, hook])
+
+    # when
+    worker.run_slices(services.runs_claim(limit=1))
+
+    # then: parked, not handed back to be claimed and fail again
+    run.refresh_from_db()
+    assert (run.status, run.lease_expires_at) == (RunStatus.RUNNING, services.PARKED_UNTIL)
+
+
+def test_a_batch_claim_shares_its_room_among_the_shops_in_the_fair_order():
+    # given: two shops with more queued runs than the batch has room for
+    first = factories.merchant_create(max_running_runs=20)
+    second = factories.merchant_create(
+        max_running_runs=20, last_scheduled_at=timezone.now() - timedelta(minutes=1)
+    )
+    first_runs = _queued(first, 10)
+    second_runs = _queued(second, 10)
+
+    # when
+    leases = services.runs_claim(limit=16)
+
+    # then: eight each, each shop's oldest first
+    claimed = {lease.run_id for lease in leases}
+    assert claimed == {run.pk for run in first_runs[:8]} | {run.pk for run in second_runs[:8]}
+
+
+def test_a_slow_call_longer_than_the_lease_keeps_its_run(settings, stock_latency):
+    # given: a lease shorter than the warehouse's stock check
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "LEASE_SECONDS": 1.0}
+    stock_latency(2)
+    shop = factories.merchant_create()
+    [run] = _queued(shop, 1, STOCK_QUESTION)
+
+    # when
+    worker.tick()
+
+    # then: the worker renewed the lease while it waited, and finished the run in one go
+    assert_completed_once(run.pk)
+    assert types(run.pk).count("run.started") == 1
+    assert ToolExecution.objects.filter(run=run, tool="check_stock").count() == 1

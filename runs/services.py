@@ -19,7 +19,6 @@ from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import (
     Count,
-    Exists,
     F,
     IntegerField,
     OuterRef,
@@ -313,11 +312,6 @@ class RunPlan:
             )
             for offset, (kind, data) in enumerate(self.events, start=1)
         ]
-
-    def write_children(self, now) -> None:
-        """Insert the events and run the finish hooks. Call holding the run's lock, after the
-        run's row was updated with row_fields()."""
-        plans_write([self], now)
 
     def apply(self, now) -> None:
         """Bring the in-memory run up to date with what was written."""
@@ -679,14 +673,6 @@ def attempts_insert(attempts: list[tuple[ModelAttempt, Lease]]) -> None:
         lease.attempt_id, lease.attempt_no = attempt.pk, attempt.attempt
 
 
-def _account_allowed() -> Exists:
-    return Exists(
-        Membership.objects.filter(
-            user_id=OuterRef("account_id"), merchant_id=OuterRef("merchant_id"), active=True
-        )
-    )
-
-
 # The guard of every step commit, in raw SQL: it runs at every step, and the ORM spent more
 # time building it (two EXISTS subqueries) than the database spent running it.
 GUARDED_UPDATE_SQL = """
@@ -763,13 +749,10 @@ def _insert(model, rows: list[dict[str, Any]], *, returning: tuple[str, ...] = (
         return [tuple(row) for row in cursor.fetchall()] if returning else []
 
 
-def _raise_lost(lease: Lease) -> None:
-    current = (
-        AgentRun.objects.filter(pk=lease.run_id)
-        .annotate(account_allowed=_account_allowed())
-        .select_related("merchant")
-        .first()
-    )
+def _why_lost(lease: Lease) -> LostRun | AccessRevoked:
+    """Why a worker's guarded UPDATE matched nothing: it lost the run, or the run's shop or
+    account lost access."""
+    current = AgentRun.objects.filter(pk=lease.run_id).first()
     if (
         current is None
         or current.status != RunStatus.RUNNING
@@ -779,8 +762,8 @@ def _raise_lost(lease: Lease) -> None:
         or current.lease_expires_at is None
         or current.lease_expires_at < timezone.now()
     ):
-        raise LostRun(f"run {lease.run_id} is no longer held by this lease")
-    raise AccessRevoked(f"run {lease.run_id}: merchant inactive or membership revoked")
+        return LostRun(f"run {lease.run_id} is no longer held by this lease")
+    return AccessRevoked(f"run {lease.run_id}: merchant inactive or membership revoked")
 
 
 @dataclass
@@ -836,40 +819,25 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
     """
     now = timezone.now()
     outcomes: list[AgentRun | Exception | None] = [None] * len(steps)
-    planned: list[_PlannedStep] = []
-    saved = []
+    planned: list[tuple[int, _PlannedStep, dict[str, Any]]] = []
     for index, (lease, commit) in enumerate(steps):
         try:
-            planned.append(_step_plan(lease, commit, now))
+            planned.append((index, _step_plan(lease, commit, now), _memory_copy(lease)))
         except Exception as error:
             outcomes[index] = error
-            continue
-        saved.append(_memory_copy(lease))
     try:
-        _steps_write(planned, now)
+        _steps_write([step for _index, step, _copy in planned], now)
     except Exception as error:
-        for step, copy in zip(planned, saved, strict=True):
+        for _index, step, copy in planned:
             _memory_restore(step.lease, step.commit, copy)
-        if len(planned) == 1 or database_error_passing(error):
-            # A passing error (a lock, a deadlock, a lost connection) would only be met
-            # again one step at a time: every run goes on from its last commit instead.
-            retried = [error] * len(planned)
-        else:
-            retried = [runs_step_commit([(s.lease, s.commit)])[0] for s in planned]
-        planned_outcomes = iter(retried)
-        return [o if o is not None else next(planned_outcomes) for o in outcomes]
-    planned_steps = iter(planned)
-    for index, outcome in enumerate(outcomes):
-        if outcome is not None:
-            continue
-        step = next(planned_steps)
-        if step.held:
-            outcomes[index] = step.lease.run
-            continue
-        try:
-            _raise_lost(step.lease)
-        except (LostRun, AccessRevoked) as lost:
-            outcomes[index] = lost
+        # A passing error (a lock, a deadlock, a lost connection) would only be met again
+        # one step at a time: every run goes on from its last commit instead.
+        alone = len(planned) > 1 and not database_error_passing(error)
+        for index, step, _copy in planned:
+            outcomes[index] = runs_step_commit([(step.lease, step.commit)])[0] if alone else error
+        return outcomes
+    for index, step, _copy in planned:
+        outcomes[index] = step.lease.run if step.held else _why_lost(step.lease)
     return outcomes
 
 
@@ -1009,7 +977,7 @@ def _run_update_locked(run: AgentRun, plan: RunPlan, now) -> None:
     )
     if updated != 1:
         raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
-    plan.write_children(now)
+    plans_write([plan], now)
 
 
 def run_resume_locked(run: AgentRun, *, events: list[tuple[str, dict]], **fields: Any) -> None:

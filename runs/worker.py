@@ -98,7 +98,7 @@ def tick() -> int:
     claims = _Claims(until=started + _config("TICK_CLAIM_SECONDS"))
     # Every slice ends by then, so a tick stays inside django-q2's task timeout (150 s) even
     # with a step in flight when its slice ends.
-    _fly([], ends=started + _config("TICK_BUDGET_SECONDS"), claims=claims)
+    run_slices([], ends=started + _config("TICK_BUDGET_SECONDS"), claims=claims)
     return claims.count
 
 
@@ -136,15 +136,12 @@ class _Claims:
         return leases
 
 
-def run_slice(lease: Lease, *, ends: float = math.inf) -> None:
-    """Execute a claimed run until it finishes, waits, spends its slice or is lost."""
-    _fly(_flights([lease], ends=ends), ends=ends)
-
-
-def run_slices(leases: list[Lease], *, ends: float = math.inf) -> None:
+def run_slices(
+    leases: list[Lease], *, ends: float = math.inf, claims: _Claims | None = None
+) -> None:
     """Execute claimed runs together until each finishes, waits, spends its slice or is
-    lost."""
-    _fly(_flights(leases, ends=ends), ends=ends)
+    lost; with `claims`, more runs join while there is room."""
+    _fly(_flights(leases, ends=ends), ends=ends, claims=claims)
 
 
 def run_step(lease: Lease) -> AgentRun:

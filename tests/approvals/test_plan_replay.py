@@ -100,7 +100,7 @@ def test_a_graph_without_business_waits_creates_one_proposal_on_replay(demo):
     assert Ticket.objects.filter(run=run).count() == 1
 
     # when: the new lease holder replays the step
-    worker.run_slice(fresh)
+    worker.run_slices([fresh])
 
     # then: it found the same ticket and the run completed with it
     run.refresh_from_db()

@@ -91,7 +91,7 @@ def test_a_cancelled_run_commits_nothing_more(demo, alice):
 
     with pytest.raises(LostRun):
         services.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
-    worker.run_slice(lease)
+    worker.run_slices([lease])
     types = list(RunEvent.objects.filter(run_id=run_id).values_list("type", flat=True))
     assert types.count("run.cancelled") == 1
     assert types[-1] == "run.cancelled"

@@ -93,7 +93,7 @@ def test_a_replayed_followup_node_registers_one_follow_up(demo):
         pass
 
     # when: the new lease holder runs the node again
-    worker.run_slice(fresh)
+    worker.run_slices([fresh])
 
     # then: one follow-up, one result, a completed run
     run.refresh_from_db()

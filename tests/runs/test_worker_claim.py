@@ -357,11 +357,11 @@ def test_stale_lease_holder_cannot_commit_after_takeover():
     assert snapshot(run.pk) == before
 
     # and A's whole slice writes nothing either
-    worker.run_slice(lease_a)
+    worker.run_slices([lease_a])
     assert snapshot(run.pk) == before
 
     # and B finishes the run
-    worker.run_slice(lease_b)
+    worker.run_slices([lease_b])
     assert_completed_once(run.pk)
     assert "stale words" not in AgentRun.objects.get(pk=run.pk).result
     assert [data["lease"] for data in started_events(run.pk)] == [1, 2]
@@ -392,7 +392,7 @@ def test_cancel_while_worker_holds_run_lets_it_commit_nothing():
 
     # when: the run is cancelled, then the worker executes its slice
     services.run_cancel(run=AgentRun.objects.get(pk=run.pk), reason="customer said stop")
-    worker.run_slice(lease)
+    worker.run_slices([lease])
 
     # then: the cancellation is the run's last word
     run.refresh_from_db()
@@ -462,7 +462,7 @@ def test_claim_passes_over_shop_at_capacity_and_claims_another_shops_run():
     assert waiting.lease_token == 0
 
     # and once the held run finishes, its shop's capacity is free again
-    worker.run_slice(held_lease)
+    worker.run_slices([held_lease])
     assert AgentRun.objects.get(pk=held.pk).status == RunStatus.COMPLETED
     lease = services.run_claim()
     assert lease is not None and lease.run_id == waiting.pk
@@ -595,7 +595,7 @@ def test_run_held_past_its_deadline_fails_at_its_workers_next_step(settings):
     # when: the deadline passes; maintain leaves the run to its worker, which steps on
     with time_machine.travel(run.deadline_at + timedelta(seconds=1)):
         assert services.maintain()["deadlines"] == 0
-        worker.run_slice(lease)
+        worker.run_slices([lease])
 
     # then: the worker noticed the deadline (services.deadlines_enforce relies on it)
     run.refresh_from_db()
@@ -638,7 +638,7 @@ def test_run_released_at_end_of_slice_resumes_without_losing_a_model_call(settin
     lease = services.run_claim()
 
     # when: it executes its slice, it gives the run back to the queue
-    worker.run_slice(lease)
+    worker.run_slices([lease])
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
     assert run.lease_expires_at is None
@@ -699,7 +699,7 @@ def test_membership_revoked_after_claim_fails_run_with_permission_revoked(demo):
 
     # when: alice's membership is revoked, then the worker executes its slice
     assert membership_revoke(membership=Membership.objects.get(user=alice, merchant=demo))
-    worker.run_slice(lease)
+    worker.run_slices([lease])
 
     # then: the run failed, and nothing after the claim was committed
     run.refresh_from_db()

@@ -122,17 +122,32 @@ def list_orders(args: ListOrdersArgs, context: ToolContext) -> dict[str, Any]:
 def check_exchange_eligibility(args: ExchangeEligibilityArgs, context: ToolContext) -> dict:
     order = _order(context, args.order_id)
     item = next((item for item in order.items if item["sku"] == args.sku), None)
-    if item is None:
-        return {"eligible": False, "reason": f"{args.sku} is not part of {order.number}"}
-    if order.status != OrderStatus.DELIVERED:
-        return {"eligible": False, "reason": "only delivered orders can be exchanged"}
-    if not item.get("exchangeable", False):
-        return {"eligible": False, "reason": f"{item['name']} cannot be exchanged"}
+    quantity = item.get("quantity", 1) if item else 1
     new_sku = sized_sku(args.sku, args.new_size)
+    problem = exchange_line_problem(order, sku=args.sku, quantity=quantity, new_sku=new_sku)
+    if problem:
+        return {"eligible": False, "reason": problem}
     in_stock = selectors.stock_level(merchant_id=context.merchant_id, sku=new_sku)
-    if in_stock < item.get("quantity", 1):
-        return {"eligible": False, "reason": f"size {args.new_size} is out of stock"}
     return {"eligible": True, "new_sku": new_sku, "in_stock": in_stock}
+
+
+def exchange_line_problem(order: Order, *, sku: str, quantity: int, new_sku: str) -> str:
+    """Why `quantity` of `sku` from the order cannot be swapped for `new_sku`, or "" when it
+    can: the one rule for the eligibility tool, the agent's plans and supervisors' revisions."""
+    line = next((item for item in order.items if item["sku"] == sku), None)
+    if line is None:
+        return f"{sku} is not part of {order.number}"
+    if order.status != OrderStatus.DELIVERED:
+        return "only delivered orders can be exchanged"
+    if not line.get("exchangeable", False):
+        return f"{line.get('name', sku)} cannot be exchanged"
+    if quantity > line.get("quantity", 1):
+        return f"{order.number} holds only {line.get('quantity', 1)} of {sku}"
+    if new_sku.rpartition("-")[0] != sku.rpartition("-")[0]:
+        return f"{new_sku} is not another size of {sku}"
+    if selectors.stock_level(merchant_id=order.merchant_id, sku=new_sku) < quantity:
+        return f"{new_sku} is out of stock"
+    return ""
 
 
 def check_stock(args: CheckStockArgs, context: ToolContext) -> dict[str, Any]:
@@ -191,20 +206,12 @@ def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
 
 def exchange_items_problem(order: Order, items: list[dict[str, Any]]) -> str:
     """Why these exchange items do not fit the order, or "" when they do."""
-    bought = {item["sku"]: item for item in order.items}
     for item in items:
-        line = bought.get(item["sku"])
-        if line is None:
-            return f"{item['sku']} is not part of {order.number}"
-        if not line.get("exchangeable", False):
-            return f"{line.get('name', item['sku'])} cannot be exchanged"
-        if item["quantity"] > line.get("quantity", 1):
-            return f"{order.number} holds only {line.get('quantity', 1)} of {item['sku']}"
-        if (
-            selectors.stock_level(merchant_id=order.merchant_id, sku=item["new_sku"])
-            < item["quantity"]
-        ):
-            return f"{item['new_sku']} is out of stock"
+        problem = exchange_line_problem(
+            order, sku=item["sku"], quantity=item["quantity"], new_sku=item["new_sku"]
+        )
+        if problem:
+            return problem
     return ""
 
 

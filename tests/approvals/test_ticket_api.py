@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.models import BusinessEvent, Ticket, TicketStatus
+from approvals.models import BusinessEvent, Order, OrderStatus, Ticket, TicketStatus
 from runs import services
 from runs.models import RunStatus
 from tests.approvals.plan_helpers import command, exchange_run, reconcile, ticket_of
@@ -100,6 +100,12 @@ def test_bad_command_bodies_are_400_and_change_nothing(demo, api):
         (sam, "decide", {"proposal_version": 1, "decision": "maybe"}, "decision"),
         (sam, "revise", {"proposal_version": 1, "items": []}, "items"),
         (sam, "revise", {"proposal_version": 1, "items": [ITEM] * 11}, "items"),
+        (
+            sam,
+            "revise",
+            {"proposal_version": 1, "items": [{**ITEM, "new_sku": "HEADPHONES-BLACK"}]},
+            "items",
+        ),
     ]
     for client, action, body, field in cases:
         response = client.post(f"/api/v1/tickets/{ticket.pk}/{action}", body, format="json")
@@ -110,6 +116,20 @@ def test_bad_command_bodies_are_400_and_change_nothing(demo, api):
     )
     assert_problem(missing, 400, "validation_error")
     assert ticket_of(ticket.run).status == TicketStatus.WAITING_CONFIRMATION
+    assert BusinessEvent.objects.count() == 1
+
+
+def test_a_revision_for_an_order_no_longer_delivered_is_refused(demo, api):
+    # given: a plan, then its order is cancelled
+    ticket = ticket_of(exchange_run(demo))
+    Order.objects.filter(pk=ticket.order_id).update(status=OrderStatus.CANCELLED)
+
+    # when
+    response = command(api("sam"), ticket, "revise", items=[ITEM])
+
+    # then
+    problem = assert_problem(response, 400, "validation_error")
+    assert problem["detail"] == "only delivered orders can be exchanged"
     assert BusinessEvent.objects.count() == 1
 
 

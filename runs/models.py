@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from agentportal.models import Merchant
+from runs.snapshot import SnapshotError, WaitState, wait_parse
 
 
 class RunStatus(models.TextChoices):
@@ -176,6 +177,17 @@ class AgentRun(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    @property
+    def wait(self) -> WaitState | None:
+        """What the run waits for a person to answer; None when it waits for nothing, or when
+        its stored wait is unusable (an operator's case, never an error on a page)."""
+        if self.status not in (RunStatus.WAITING_USER, RunStatus.WAITING_APPROVAL):
+            return None
+        try:
+            return wait_parse(self.wait_state)
+        except SnapshotError:
+            return None
 
 
 class RunEvent(models.Model):

@@ -10,8 +10,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q, QuerySet
 
 from agentportal.principals import Principal
-from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput, RunStatus
-from runs.snapshot import SnapshotError, wait_parse
+from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput
 
 # Domain apps describe what a waiting run waits for (approvals, inputs, plans).
 PENDING_PROVIDERS: list[Callable[[AgentRun], list[dict[str, Any]]]] = []
@@ -38,12 +37,7 @@ def run_pending(run: AgentRun) -> list[dict[str, Any]]:
 
 def wait_pending(run: AgentRun) -> list[dict[str, Any]]:
     """What a run waiting for a clarification or a plan shows in its `pending` list."""
-    if run.status not in (RunStatus.WAITING_USER, RunStatus.WAITING_APPROVAL):
-        return []
-    try:
-        wait = wait_parse(run.wait_state)
-    except SnapshotError:
-        return []
+    wait = run.wait
     if wait is None:
         return []
     return [

@@ -5,7 +5,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError, model_validator
 
 
 class CallStatus:
@@ -115,6 +115,16 @@ class WaitState(_Strict):
     question: str | None = None
     ticket_id: str | None = None
     proposal_version: int | None = None
+
+    @model_validator(mode="after")
+    def _what_the_kind_needs(self) -> "WaitState":
+        if self.kind == WaitKind.CLARIFICATION and not self.question:
+            raise ValueError("a clarification names its question")
+        if self.kind != WaitKind.CLARIFICATION and (
+            not self.ticket_id or self.proposal_version is None
+        ):
+            raise ValueError("a plan's wait names its ticket and proposal version")
+        return self
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

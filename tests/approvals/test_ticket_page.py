@@ -5,6 +5,7 @@ from django.test import Client
 
 from approvals.models import TicketStatus
 from runs import worker
+from runs.models import AgentRun
 from tests.approvals.plan_helpers import exchange_run, reconcile, ticket_of
 
 
@@ -85,3 +86,19 @@ def test_a_rejected_plan_says_so_with_the_note(demo, api):
         "Rejected by sam: worn soles"
         in _signed_in("alice").get(f"/portal/tickets/{ticket.pk}/").text
     )
+
+
+def test_the_customers_home_links_a_waiting_plan_and_survives_an_unusable_wait(demo):
+    # given: a plan waiting for alice
+    run = exchange_run(demo)
+    ticket = ticket_of(run)
+    alice = _signed_in("alice")
+    assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/").text
+
+    # when: the run's stored wait is damaged (an operator's case)
+    AgentRun.objects.filter(pk=run.pk).update(wait_state={**run.wait_state, "ticket_id": None})
+
+    # then: the page still answers, without the link
+    page = alice.get("/portal/")
+    assert page.status_code == 200
+    assert f"/portal/tickets/{ticket.pk}/" not in page.text

@@ -13,6 +13,7 @@ from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin, supervise
 from agentportal.problems import Problem
 from approvals import plans, services
 from approvals.models import (
+    TICKET_OPEN_STATUSES,
     Approval,
     ApprovalStatus,
     BusinessEvent,
@@ -337,11 +338,7 @@ class TicketAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
 
     @admin.display(description="revise")
     def revise_link(self, ticket):
-        if ticket.status not in (
-            TicketStatus.WAITING_CONFIRMATION,
-            TicketStatus.NEEDS_REVISION,
-            TicketStatus.WAITING_REVIEW,
-        ):
+        if ticket.status not in TICKET_OPEN_STATUSES:
             return "-"
         url = reverse("admin:approvals_ticket_revise", args=[ticket.pk])
         return format_html('<a class="button" href="{}">Propose a new version</a>', url)

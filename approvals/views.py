@@ -16,7 +16,14 @@ from agentportal.models import Membership, Role
 from agentportal.principals import Principal
 from agentportal.problems import Problem
 from approvals import plans, selectors, services
-from approvals.models import Approval, ApprovalStatus, Decision, PlanDecision, TicketStatus
+from approvals.models import (
+    TICKET_OPEN_STATUSES,
+    Approval,
+    ApprovalStatus,
+    Decision,
+    PlanDecision,
+    TicketStatus,
+)
 from runs import commands, conversations
 from runs import selectors as run_selectors
 from runs.models import AgentRun, Conversation, ConversationStatus
@@ -267,13 +274,7 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
         "review": ticket.reviews.filter(proposal_version=ticket.version).first(),
         "can_confirm": is_customer and ticket.status == TicketStatus.WAITING_CONFIRMATION,
         "can_review": not is_customer and ticket.status == TicketStatus.WAITING_REVIEW,
-        "can_revise": not is_customer
-        and ticket.status
-        in (
-            TicketStatus.WAITING_CONFIRMATION,
-            TicketStatus.NEEDS_REVISION,
-            TicketStatus.WAITING_REVIEW,
-        ),
+        "can_revise": not is_customer and ticket.status in TICKET_OPEN_STATUSES,
     }
 
 

@@ -102,3 +102,16 @@ def test_the_customers_home_links_a_waiting_plan_and_survives_an_unusable_wait(d
     page = alice.get("/portal/")
     assert page.status_code == 200
     assert f"/portal/tickets/{ticket.pk}/" not in page.text
+
+
+def test_a_bad_plan_form_says_what_is_wrong_and_changes_nothing(demo):
+    # given
+    ticket = ticket_of(exchange_run(demo))
+
+    # when: a note longer than the page allows
+    page = _act(_signed_in("alice"), ticket, "changes", note="x" * 2001)
+
+    # then
+    assert page.status_code == 200
+    assert "note: Ensure this value has at most 2000 characters" in page.text
+    assert ticket_of(ticket.run).status == TicketStatus.WAITING_CONFIRMATION

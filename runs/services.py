@@ -1189,11 +1189,18 @@ def waits_expire() -> int:
 
 
 def _wait_due(run: AgentRun) -> bool:
-    return (
+    """Whether a run's wait is past its deadline. A wait whose stored state is unusable is
+    left to an operator, never expired behind anyone's back."""
+    if not (
         run.status in WAITING_STATUSES
         and run.wait_deadline_at is not None
         and run.wait_deadline_at <= timezone.now()
-    )
+    ):
+        return False
+    if run.wait is None:
+        logger.error("run %s waits with an unusable wait state; left to an operator", run.pk)
+        return False
+    return True
 
 
 def run_wait_expire_locked(run: AgentRun) -> bool:

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from approvals.models import BusinessEvent, Order, OrderStatus, Ticket, TicketStatus
 from runs import services
-from runs.models import RunStatus
+from runs.models import AgentRun, RunStatus
 from tests.approvals.plan_helpers import command, exchange_run, reconcile, ticket_of
 from tests.problems import assert_problem
 
@@ -145,6 +145,22 @@ def test_a_plan_nobody_confirms_in_24_hours_fails_the_run_and_closes_the_ticket(
     assert (run.status, run.error_code) == (RunStatus.FAILED, "WAIT_EXPIRED")
     assert ticket_of(run).status == TicketStatus.CANCELLED
     assert_problem(late, 409, "invalid_transition")
+
+
+def test_a_damaged_wait_is_left_to_an_operator_not_expired(demo):
+    # given: a plan wait whose stored state was damaged
+    run = exchange_run(demo)
+    AgentRun.objects.filter(pk=run.pk).update(wait_state={**run.wait_state, "ticket_id": None})
+
+    # when: its deadline passes
+    with time_machine.travel(timezone.now() + timedelta(hours=24, seconds=1)):
+        report = services.maintain()
+
+    # then: nothing failed it behind anyone's back
+    run.refresh_from_db()
+    assert report["waits_expired"] == 0
+    assert run.status == RunStatus.WAITING_USER
+    assert ticket_of(run).status == TicketStatus.WAITING_CONFIRMATION
 
 
 def test_maintain_reconciles_what_a_lost_task_missed(demo, api):

@@ -138,6 +138,14 @@ def flatten_errors(detail: Any, prefix: str = "") -> list[dict[str, str]]:
     return [{"field": prefix, "message": str(detail)}]
 
 
+def pydantic_errors(error, *prefix: str) -> list[dict[str, str]]:
+    """A pydantic ValidationError's errors as field errors, their paths under `prefix`."""
+    return [
+        {"field": ".".join([*prefix, *(str(part) for part in e["loc"])]), "message": e["msg"]}
+        for e in error.errors()
+    ]
+
+
 def exception_handler(exc: Exception, context: dict) -> HttpResponse:
     """DRF's EXCEPTION_HANDLER: every error, expected or not, becomes a problem response.
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from agentportal.principals import Principal
-from agentportal.problems import Problem
+from agentportal.problems import Problem, pydantic_errors
 from agentportal.selectors import principal_for_user
 from approvals import notifications, selectors
 from approvals.models import (
@@ -373,10 +373,7 @@ def exchange_items_validate(*, order: Order, items: Any) -> list[dict[str, Any]]
             400,
             "validation_error",
             "The items are not a valid exchange.",
-            errors=[
-                {"field": ".".join(["items", *(str(p) for p in e["loc"])]), "message": e["msg"]}
-                for e in error.errors()
-            ],
+            errors=pydantic_errors(error, "items"),
         ) from error
     cleaned = [item.model_dump(mode="json") for item in parsed]
     problem = exchange_items_problem(order, cleaned)

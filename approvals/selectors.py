@@ -46,7 +46,7 @@ def tickets_visible_to(principal: Principal) -> QuerySet[Ticket]:
     if principal.is_customer:
         tickets = tickets.filter(customer=principal.user)
     return tickets.select_related("order").prefetch_related(
-        "proposals", "confirmations__customer", "reviews__reviewer", "reviews__reviewer_key"
+        "proposals", "confirmations__customer", "reviews__reviewer"
     )
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentportal.models import ApiKey
 from agentportal.principals import Principal
-from agentportal.problems import Problem, iso_z
+from agentportal.problems import Problem, iso_z, pydantic_errors
 from agentportal.selectors import principal_for_user, supervisor_memberships
 from approvals import notifications
 from approvals.models import Approval, ApprovalStatus, Decision
@@ -55,13 +55,7 @@ def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:
             400,
             "validation_error",
             f"The arguments do not fit {tool.name}.",
-            errors=[
-                {
-                    "field": ".".join(["tool_args", *(str(p) for p in e["loc"])]),
-                    "message": e["msg"],
-                }
-                for e in error.errors()
-            ],
+            errors=pydantic_errors(error, "tool_args"),
         ) from error
 
 

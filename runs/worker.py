@@ -21,6 +21,7 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from django.utils import timezone
 from pydantic import ValidationError
 
+from agentportal.problems import pydantic_errors
 from runs import services
 from runs.llm import ModelError, ModelResponse, model_client_for
 from runs.models import (
@@ -572,12 +573,10 @@ def _tool_outcome(
     try:
         validated = tool.args_model.model_validate(arguments)
     except ValidationError as error:
-        problems = [
-            {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
-            for e in error.errors()
-        ]
         return ToolOutcome(
-            ToolStatus.FAILED, arguments, {"error": "invalid arguments", "errors": problems}
+            ToolStatus.FAILED,
+            arguments,
+            {"error": "invalid arguments", "errors": pydantic_errors(error)},
         )
     if tool.policy == Policy.FOLLOWUP and not followup_node:
         if not alone:

@@ -22,12 +22,17 @@ def supervisor_memberships(*, merchant: Merchant):
     )
 
 
-def merchants_supervised_by(*, user: User):
-    """Merchants a staff user may see in the admin; operators and superusers see all."""
-    if (
+def user_is_operator(*, user: User) -> bool:
+    """Superusers and operators: they see every shop and repair what workers could not."""
+    return (
         user.is_superuser
         or Membership.objects.filter(user=user, active=True, role=Role.OPERATOR).exists()
-    ):
+    )
+
+
+def merchants_supervised_by(*, user: User):
+    """Merchants a staff user may see in the admin; operators and superusers see all."""
+    if user_is_operator(user=user):
         return Merchant.objects.all()
     return Merchant.objects.filter(
         memberships__user=user, memberships__active=True, memberships__role=Role.SUPERVISOR

@@ -3,8 +3,8 @@ from django.contrib import admin, messages
 from pydantic import ValidationError
 
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
-from agentportal.models import Membership, Role
 from agentportal.problems import Problem
+from agentportal.selectors import user_is_operator
 from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, RunStatus, ToolExecution
 from runs.releases import GRAPH_RELEASES, ReleaseManifest
 from runs.services import PARKED_UNTIL, release_save, run_cancel, run_unpark
@@ -101,12 +101,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
 
     def has_unpark_permission(self, request) -> bool:
         """Operators (and superusers) repair what a worker could not make sense of."""
-        return (
-            request.user.is_superuser
-            or Membership.objects.filter(
-                user=request.user, role=Role.OPERATOR, active=True
-            ).exists()
-        )
+        return user_is_operator(user=request.user)
 
     @admin.action(
         description="Hand the selected parked runs back to the queue", permissions=["unpark"]

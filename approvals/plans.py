@@ -19,7 +19,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from rest_framework import serializers
 
 from agentportal.principals import Principal
 from agentportal.problems import Problem, pydantic_errors
@@ -40,11 +41,12 @@ from approvals.models import (
 from approvals.services import decider_still_allowed
 from approvals.tools import ExchangeItems, exchange_items_problem
 from runs import services as run_services
+from runs.extensions import Interrupt, WaitKind
 from runs.inputs import wait_pause
 from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolStatus
 from runs.releases import GRAPH_RELEASES
 from runs.services import WAITING_STATUSES, Lease, StepCommit
-from runs.snapshot import SnapshotError, WaitKind, WaitState, interrupt_id_for, wait_parse
+from runs.snapshot import SnapshotError, WaitState, interrupt_id_for, wait_parse
 from runs.tools import Tool
 from runs.worker import ToolOutcome
 
@@ -64,16 +66,40 @@ def proposal_summary(items: list[dict[str, Any]]) -> str:
 # --- the worker's side ----------------------------------------------------------------------
 
 
+class PlanWait(BaseModel):
+    """What a run whose plan waits for people waits with: the ticket and its version."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ticket_id: str
+    proposal_version: int = Field(ge=1)
+
+
+def _ticket_id_field() -> serializers.Field:
+    return serializers.UUIDField(allow_null=True)
+
+
+CONFIRMATION = WaitKind(
+    name="confirmation",
+    payload=PlanWait,
+    status=RunStatus.WAITING_USER,
+    pending_fields={"ticket_id": _ticket_id_field},
+    input_refusal="The run waits for a plan's confirmation: confirm or revise its ticket instead.",
+)
+PLAN_REVIEW = WaitKind(
+    name="plan_review",
+    payload=PlanWait,
+    status=RunStatus.WAITING_APPROVAL,
+    pending_fields={"ticket_id": _ticket_id_field},
+    input_refusal="The run waits for a supervisor's review of its plan.",
+)
+
 # A plan's wait while its ticket is open, per ticket status: the stage (part of the wait's id,
-# so an answer to an older stage or version never counts), the run's status and the kind.
+# so an answer to an older stage or version never counts) and the wait's kind.
 PLAN_STAGES = {
-    TicketStatus.WAITING_CONFIRMATION: (
-        "confirmation",
-        RunStatus.WAITING_USER,
-        WaitKind.CONFIRMATION,
-    ),
-    TicketStatus.NEEDS_REVISION: ("revision", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
-    TicketStatus.WAITING_REVIEW: ("review", RunStatus.WAITING_APPROVAL, WaitKind.PLAN_REVIEW),
+    TicketStatus.WAITING_CONFIRMATION: ("confirmation", CONFIRMATION),
+    TicketStatus.NEEDS_REVISION: ("revision", PLAN_REVIEW),
+    TicketStatus.WAITING_REVIEW: ("review", PLAN_REVIEW),
 }
 
 
@@ -85,15 +111,14 @@ def plan_wait(
     *, key: str, ticket_id, version: int, ticket_status: str, tool_name: str, tool_args: dict
 ) -> tuple[str, WaitState]:
     """The run's status and wait while its plan's ticket is open in `ticket_status`."""
-    _, status, kind = PLAN_STAGES[ticket_status]
-    return status, WaitState(
+    _, kind = PLAN_STAGES[ticket_status]
+    return kind.status, WaitState(
         interrupt_id=plan_interrupt_id(key, version, ticket_status),
-        kind=kind,
+        kind=kind.name,
         tool_name=tool_name,
         tool_key=key,
         tool_args=tool_args,
-        ticket_id=str(ticket_id),
-        proposal_version=version,
+        payload=PlanWait(ticket_id=str(ticket_id), proposal_version=version),
     )
 
 
@@ -544,7 +569,11 @@ def _cursor_move_locked(run: AgentRun, event_id: int) -> None:
 def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
     """Apply one event to the run, if the run still waits for it. Call holding the run's lock."""
     wait = wait_parse(run.wait_state)
-    if run.status not in WAITING_STATUSES or wait is None or wait.ticket_id != str(event.ticket_id):
+    if (
+        run.status not in WAITING_STATUSES
+        or wait is None
+        or wait.payload.ticket_id != str(event.ticket_id)
+    ):
         return  # the run no longer waits on this plan (cancelled, expired, taken over)
     details = {
         "ticket_id": str(event.ticket_id),
@@ -575,7 +604,7 @@ def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
             note=note if event.kind == BusinessEventKind.CHANGES_REQUESTED else "",
         )
     elif event.kind == BusinessEventKind.REVISED:
-        if wait.proposal_version != event.proposal_version - 1:
+        if wait.payload.proposal_version != event.proposal_version - 1:
             return
         _receipt(run, wait, event)
         details["items"] = event.data.get("items", [])
@@ -602,7 +631,7 @@ def _wait_move(
     """The run now waits for the plan's next stage. Call holding the run's lock."""
     status, moved = plan_wait(
         key=wait.tool_key,
-        ticket_id=wait.ticket_id,
+        ticket_id=wait.payload.ticket_id,
         version=version,
         ticket_status=ticket_status,
         tool_name=wait.tool_name,
@@ -666,3 +695,12 @@ def plans_reconcile_due() -> int:
         .values_list("pk", flat=True)
     )
     return sum(plan_reconcile(run_id=run_id) for run_id in list(due[:500]))
+
+
+PLAN_INTERRUPT = Interrupt(
+    policy="business_wait",
+    pause=plan_interrupt,
+    kinds=(CONFIRMATION, PLAN_REVIEW),
+    before_wait_expiry=plan_events_apply_locked,
+    on_run_end=plans_on_run_finish,
+)

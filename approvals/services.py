@@ -23,6 +23,7 @@ from agentportal.selectors import principal_for_user, supervisor_memberships
 from approvals import notifications
 from approvals.models import Approval, ApprovalStatus, Decision
 from runs import services as run_services
+from runs.extensions import Interrupt, WaitKind
 from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
 from runs.services import Lease, StepCommit
 from runs.snapshot import (
@@ -280,8 +281,6 @@ def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
             "tool_name": call.tool_name,
             "tool_args": call.tool_args,
             "expires_at": call.expires_at,
-            "ticket_id": None,
-            "question": None,
         }
     ]
 
@@ -525,3 +524,13 @@ def approvals_on_run_finish(run: AgentRun, previous_status: str) -> None:
     run_services.run_snapshot_save_locked(
         run, state_snapshot=_snapshot(run, _call_moved(call, CallStatus.CANCELLED))
     )
+
+
+APPROVAL = WaitKind(name="approval", payload=None, status=RunStatus.WAITING_APPROVAL)
+APPROVAL_INTERRUPT = Interrupt(
+    policy="approval",
+    pause=approval_interrupt,
+    kinds=(APPROVAL,),
+    pending=approval_pending,
+    on_run_end=approvals_on_run_finish,
+)

@@ -6,9 +6,14 @@ class RunsConfig(AppConfig):
     verbose_name = "Agent runs"
 
     def ready(self) -> None:
-        from runs import conversations, inputs, selectors, services, worker
-        from runs.tools import Policy
+        # The runtime's own extensions, registered like a domain's: its graph nodes, the
+        # clarification interrupt and what a conversation does when its run ends.
+        from runs import conversations, extensions, inputs, worker
+        from runs.extensions import NodeKind
+        from runs.models import Node
 
-        services.RUN_FINISH_HOOKS.append(conversations.conversation_on_run_finish)
-        worker.INTERRUPT_HANDLERS[Policy.CLARIFICATION] = inputs.clarification_interrupt
-        selectors.PENDING_PROVIDERS.append(selectors.wait_pending)
+        extensions.node_register(NodeKind(Node.MODEL, worker.model_step, calls_model=True))
+        extensions.node_register(NodeKind(Node.TOOLS, worker.tools_step))
+        extensions.node_register(NodeKind(Node.FOLLOWUP, worker.followup_step))
+        extensions.interrupt_register(inputs.CLARIFICATION_INTERRUPT)
+        extensions.run_end_register(conversations.conversation_on_run_finish)

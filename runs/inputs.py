@@ -8,15 +8,34 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
+from rest_framework import serializers
 
 from agentportal.problems import Problem
 from runs import services
+from runs.extensions import Interrupt, WaitKind, wait_kind
 from runs.models import AgentRun, ErrorCode, Node, RunInput, RunStatus, ToolStatus
 from runs.services import Lease, StepCommit
-from runs.snapshot import SnapshotError, WaitKind, WaitState, interrupt_id_for, wait_parse
+from runs.snapshot import SnapshotError, WaitState, interrupt_id_for, wait_parse
 from runs.tools import Tool
 from runs.worker import ToolOutcome
+
+
+class Clarification(BaseModel):
+    """What a run asking its customer a question waits with."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    question: str = Field(min_length=1)
+
+
+CLARIFICATION = WaitKind(
+    name="clarification",
+    payload=Clarification,
+    status=RunStatus.WAITING_USER,
+    pending_fields={"question": lambda: serializers.CharField(allow_null=True)},
+    answers_inputs=True,
+)
 
 
 def wait_pause(
@@ -49,11 +68,11 @@ def clarification_interrupt(
     question = str(arguments.get("question", ""))
     wait = WaitState(
         interrupt_id=interrupt_id,
-        kind=WaitKind.CLARIFICATION,
+        kind=CLARIFICATION.name,
         tool_name=tool.name,
         tool_key=key,
         tool_args=arguments,
-        question=question,
+        payload=Clarification(question=question),
     )
     return wait_pause(
         run,
@@ -190,7 +209,7 @@ def clarification_pending_locked(run: AgentRun) -> WaitState | None:
         wait = wait_parse(run.wait_state)
     except SnapshotError:
         return None
-    return wait if wait is not None and wait.kind == WaitKind.CLARIFICATION else None
+    return wait if wait is not None and wait.kind == CLARIFICATION.name else None
 
 
 def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
@@ -209,13 +228,19 @@ def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
         raise Problem(409, "run_finished", f"The run has ended ({run.status}).")
     if run.status != RunStatus.WAITING_USER or wait is None:
         raise Problem(409, "not_waiting", "The run is not waiting for an input.")
-    if wait.kind != WaitKind.CLARIFICATION:
+    kind = wait_kind(wait.kind)
+    if kind is None or not kind.answers_inputs:
         raise Problem(
             409,
             "not_waiting",
-            "The run waits for a plan's confirmation: confirm or revise its ticket instead.",
-            ticket_id=wait.ticket_id,
+            kind.input_refusal if kind else "The run is not waiting for an input.",
+            **wait.payload.model_dump(mode="json"),
         )
     if wait.interrupt_id != request.interrupt_id:
         raise Problem(409, "interrupt_mismatch", "That is not what this run is waiting for.")
     return wait
+
+
+CLARIFICATION_INTERRUPT = Interrupt(
+    policy="clarification", pause=clarification_interrupt, kinds=(CLARIFICATION,)
+)

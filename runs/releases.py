@@ -1,19 +1,20 @@
 """Graph versions the code can execute, and the release manifest a merchant publishes."""
 
 from dataclasses import dataclass
-from typing import Literal
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field
-
-DEFAULT_GRAPH_VERSION = "after-sales-v10"
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 @dataclass(frozen=True)
 class GraphRelease:
-    """Switches of one registered graph version. A run keeps the version it was queued under."""
+    """One graph version the code can execute, registered by the domain: its switches and the
+    system prompt of a release that sets none. A run keeps the version it was queued under;
+    the `default` one is what a merchant without a published release runs on."""
 
     version: str
+    system_prompt: str = ""
+    default: bool = False
     clarification: bool = True
     business_wait: bool = True
     followup: bool = True
@@ -23,7 +24,16 @@ GRAPH_RELEASES: dict[str, GraphRelease] = {}
 
 
 def graph_release_register(release: GraphRelease) -> None:
+    if release.default and any(other.default for other in GRAPH_RELEASES.values()):
+        raise ValueError(f"{release.version}: a default graph version is registered already")
     GRAPH_RELEASES[release.version] = release
+
+
+def graph_release_default() -> GraphRelease:
+    for release in GRAPH_RELEASES.values():
+        if release.default:
+            return release
+    raise LookupError("no default graph version is registered")
 
 
 class Limits(BaseModel):
@@ -42,17 +52,24 @@ class ToolDeclaration(BaseModel):
 
     name: str
     # None: the tool's registered policy. A release may make a tool stricter, never looser.
-    policy: Literal["auto", "approval", "clarification", "business_wait", "followup"] | None = None
+    policy: str | None = None
+
+    @field_validator("policy")
+    @classmethod
+    def _registered(cls, policy: str | None) -> str | None:
+        from runs.tools import policy_known
+
+        if policy is not None and not policy_known(policy):
+            raise ValueError(f"{policy!r} is not a registered tool policy")
+        return policy
 
 
 class ReleaseManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = "default"  # "default" (settings), "scripted" or "openai"
-    system_prompt: str = (
-        "You are the after-sales assistant of an online shop. Help the customer with orders, "
-        "refunds and exchanges. Use the tools; never promise what a tool did not confirm."
-    )
+    # "": the system prompt its graph version registered.
+    system_prompt: str = ""
     tools: list[ToolDeclaration] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
 

@@ -2,7 +2,6 @@
 
 import base64
 import binascii
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -10,10 +9,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q, QuerySet
 
 from agentportal.principals import Principal
+from runs import extensions
 from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput
-
-# Domain apps describe what a waiting run waits for (approvals, inputs, plans).
-PENDING_PROVIDERS: list[Callable[[AgentRun], list[dict[str, Any]]]] = []
 
 
 def runs_visible_to(principal: Principal) -> QuerySet[AgentRun]:
@@ -29,28 +26,36 @@ def run_for(principal: Principal, run_id) -> AgentRun | None:
 
 
 def run_pending(run: AgentRun) -> list[dict[str, Any]]:
-    pending: list[dict[str, Any]] = []
-    for provider in PENDING_PROVIDERS:
-        pending.extend(provider(run))
-    return pending
-
-
-def wait_pending(run: AgentRun) -> list[dict[str, Any]]:
-    """What a run waiting for a clarification or a plan shows in its `pending` list."""
+    """What the run waits for, as `pending` items: those its interrupts keep themselves (an
+    approval's call), then its wait state's. Every item has every wait kind's fields."""
+    items: list[dict[str, Any]] = []
+    for interrupt in extensions.interrupts():
+        if interrupt.pending is not None:
+            items.extend(interrupt.pending(run))
     wait = run.wait
-    if wait is None:
-        return []
-    return [
-        {
-            "interrupt_id": wait.interrupt_id,
-            "kind": wait.kind,
-            "tool_name": wait.tool_name,
-            "tool_args": wait.tool_args,
-            "expires_at": run.wait_deadline_at,
-            "ticket_id": wait.ticket_id,
-            "question": wait.question,
-        }
-    ]
+    if wait is not None:
+        items.append(
+            {
+                "interrupt_id": wait.interrupt_id,
+                "kind": wait.kind,
+                "tool_name": wait.tool_name,
+                "tool_args": wait.tool_args,
+                "expires_at": run.wait_deadline_at,
+                **{name: getattr(wait.payload, name) for name in _own_fields(wait.kind)},
+            }
+        )
+    blank = dict.fromkeys(pending_field_names())
+    return [{**blank, **item} for item in items]
+
+
+def _own_fields(kind_name: str) -> list[str]:
+    kind = extensions.wait_kind(kind_name)
+    return list(kind.pending_fields) if kind is not None else []
+
+
+def pending_field_names() -> list[str]:
+    """The fields the wait kinds add to every pending item."""
+    return [name for kind in extensions.wait_kinds() for name in kind.pending_fields]
 
 
 def run_receipt(*, run: AgentRun, idempotency_key: str) -> RunInput | None:

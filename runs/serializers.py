@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentportal.serializers import StrictCharField, StrictIntegerField, StrictSerializer
+from runs import extensions
 from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput
 from runs.selectors import run_pending
 
@@ -11,14 +12,21 @@ class RunCreateSerializer(StrictSerializer):
     account = StrictCharField(required=False, min_length=1, max_length=150)
 
 
+# A pending item: the interrupted call, and the fields the wait kinds add (runs.extensions),
+# known once the apps are ready. (A comment, not a docstring: that would change the schema.)
 class PendingSerializer(serializers.Serializer):
     interrupt_id = serializers.CharField()
-    kind = serializers.ChoiceField(["approval", "clarification", "confirmation", "plan_review"])
     tool_name = serializers.CharField(allow_null=True)
     tool_args = serializers.DictField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True)
-    ticket_id = serializers.UUIDField(allow_null=True)
-    question = serializers.CharField(allow_null=True)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["kind"] = serializers.ChoiceField(extensions.pending_kind_names())
+        for kind in extensions.wait_kinds():
+            for name, make in kind.pending_fields.items():
+                fields[name] = make()
+        return fields
 
 
 class RunSerializer(serializers.ModelSerializer):

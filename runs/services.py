@@ -1,6 +1,6 @@
 """Every state change of a run. The only place in `runs` that opens transactions or takes locks.
 
-Lock order, everywhere: Merchant -> Membership -> Conversation -> AgentRun -> Approval / Ticket.
+Lock order, everywhere: Merchant -> Membership -> Conversation -> AgentRun -> the domain's rows.
 On SQLite select_for_update() does nothing; each transaction takes the database's write lock at
 BEGIN (IMMEDIATE), and every transition is also a conditional UPDATE whose row count decides.
 """
@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from agentportal.models import Membership, Merchant
 from agentportal.problems import Problem
+from runs import extensions
 from runs.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -46,17 +47,15 @@ from runs.models import (
     ToolExecution,
     WorkerHeartbeat,
 )
-from runs.releases import DEFAULT_GRAPH_VERSION, GRAPH_RELEASES, ReleaseManifest, default_manifest
+from runs.releases import (
+    GRAPH_RELEASES,
+    ReleaseManifest,
+    default_manifest,
+    graph_release_default,
+)
 from runs.snapshot import WaitState
 
 logger = logging.getLogger(__name__)
-
-# Hooks the domain apps register at start-up (AppConfig.ready); `runs` never imports them.
-# Each is called inside the transaction that holds the run's lock.
-RUN_FINISH_HOOKS: list[Callable[[AgentRun, str], None]] = []
-MAINTENANCE_HOOKS: list[Callable[[], int]] = []
-# Called with a run whose wait is about to expire, holding its lock (run_wait_expire_locked).
-WAIT_EXPIRY_HOOKS: list[Callable[[AgentRun], object]] = []
 
 
 def _config(name: str) -> Any:
@@ -96,7 +95,7 @@ def release_resolve(*, merchant: Merchant) -> dict[str, Any]:
     if release is None:
         return {
             "version": None,
-            "graph_version": DEFAULT_GRAPH_VERSION,
+            "graph_version": graph_release_default().version,
             "manifest": default_manifest().model_dump(),
         }
     try:
@@ -217,6 +216,11 @@ def open_runs_check(*, merchant: Merchant, account) -> None:
         )
 
 
+def _system_prompt(release: dict[str, Any]) -> str:
+    graph = GRAPH_RELEASES[release["graph_version"]]
+    return release["manifest"]["system_prompt"] or graph.system_prompt
+
+
 def run_insert_locked(
     *,
     merchant: Merchant,
@@ -244,7 +248,7 @@ def run_insert_locked(
         account=account,
         conversation=conversation,
         control_version=conversation.control_version if conversation else 1,
-        messages=[{"role": "system", "content": release["manifest"]["system_prompt"]}, *messages],
+        messages=[{"role": "system", "content": _system_prompt(release)}, *messages],
         graph_version=release["graph_version"],
         release_snapshot=release,
         deadline_at=timezone.now() + timedelta(seconds=limits["run_deadline_seconds"]),
@@ -343,7 +347,7 @@ def plans_write(plans: list[RunPlan], now) -> None:
         )
     for plan, status in zip(plans, previous, strict=True):
         if plan.finished and status not in FINISHED_STATUSES:
-            for hook in RUN_FINISH_HOOKS:
+            for hook in extensions.run_end_hooks():
                 hook(plan.run, status)
 
 
@@ -600,10 +604,15 @@ def _claim_plan(run: AgentRun, now) -> tuple[RunPlan, Lease, ModelAttempt | None
         if run.conversation_id is not None and not _conversation_lock_nowait(run):
             return None
         plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
-    elif run.next_node in (Node.LOAD, Node.MODEL):
-        plan.fields["next_node"] = Node.MODEL
+    elif run.next_node == Node.LOAD or _calls_model(run.next_node):
+        plan.fields["next_node"] = Node.MODEL if run.next_node == Node.LOAD else run.next_node
         attempt = _plan_attempt(plan, step=run.step)
     return plan, lease, attempt
+
+
+def _calls_model(node_name: str) -> bool:
+    node = extensions.node(node_name)
+    return node is not None and node.calls_model
 
 
 def _conversation_lock_nowait(run: AgentRun) -> bool:
@@ -1212,7 +1221,7 @@ def run_wait_expire_locked(run: AgentRun) -> bool:
     """
     if not _wait_due(run):
         return False
-    for hook in WAIT_EXPIRY_HOOKS:
+    for hook in extensions.wait_expiry_hooks():
         hook(run)
     if not _wait_due(run):
         return False
@@ -1248,7 +1257,7 @@ def maintain() -> dict[str, int]:
         ("requeued", leases_expired_requeue),
         ("deadlines", deadlines_enforce),
         ("waits_expired", waits_expire),
-        *((getattr(hook, "__name__", "hook"), hook) for hook in MAINTENANCE_HOOKS),
+        *extensions.sweeps().items(),
         ("ticks", ticks_for_queued),
     ]
     report: dict[str, int] = {}

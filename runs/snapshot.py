@@ -98,32 +98,26 @@ def interrupt_id_for(key: str, *parts: str) -> str:
     return "int-" + hashlib.sha256(":".join((key, *parts)).encode()).hexdigest()[:16]
 
 
-class WaitKind:
-    CLARIFICATION = "clarification"
-    CONFIRMATION = "confirmation"
-    PLAN_REVIEW = "plan_review"
-
-
 class WaitState(_Strict):
-    """What a run waiting for a customer's answer or for a plan's decisions waits for."""
+    """What a run waiting for people waits for: the call that paused it and its wait kind's
+    payload, validated by the model that kind registered (runs.extensions)."""
 
     interrupt_id: str
-    kind: Literal["clarification", "confirmation", "plan_review"]
+    kind: str
     tool_name: str
     tool_key: str
     tool_args: dict[str, Any]
-    question: str | None = None
-    ticket_id: str | None = None
-    proposal_version: int | None = None
+    payload: Any
 
     @model_validator(mode="after")
-    def _what_the_kind_needs(self) -> "WaitState":
-        if self.kind == WaitKind.CLARIFICATION and not self.question:
-            raise ValueError("a clarification names its question")
-        if self.kind != WaitKind.CLARIFICATION and (
-            not self.ticket_id or self.proposal_version is None
-        ):
-            raise ValueError("a plan's wait names its ticket and proposal version")
+    def _payload_of_its_kind(self) -> "WaitState":
+        from runs.extensions import wait_kind
+
+        kind = wait_kind(self.kind)
+        if kind is None or kind.payload is None:
+            raise ValueError(f"{self.kind!r} is not a registered wait kind with a payload")
+        if not isinstance(self.payload, kind.payload):
+            self.payload = kind.payload.model_validate_json(json.dumps(self.payload))
         return self
 
     def dump(self) -> dict[str, Any]:

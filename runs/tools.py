@@ -10,15 +10,22 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
+from runs.extensions import interrupt_for
+
 
 class Policy:
+    """How a tool call is allowed to run: on its own (`auto`), alone in the followup node, or
+    paused by the interrupt registered under the policy's name (runs.extensions)."""
+
     AUTO = "auto"
+    FOLLOWUP = "followup"
     APPROVAL = "approval"
     CLARIFICATION = "clarification"
     BUSINESS_WAIT = "business_wait"
-    FOLLOWUP = "followup"
 
-    ALL = (AUTO, APPROVAL, CLARIFICATION, BUSINESS_WAIT, FOLLOWUP)
+
+def policy_known(policy: str) -> bool:
+    return policy in (Policy.AUTO, Policy.FOLLOWUP) or interrupt_for(policy) is not None
 
 
 class CancellationToken:
@@ -87,7 +94,7 @@ TOOLS: dict[str, Tool] = {}
 
 
 def tool_register(tool: Tool) -> None:
-    if tool.policy not in Policy.ALL:
+    if not policy_known(tool.policy):
         raise ValueError(f"unknown policy {tool.policy!r} for {tool.name}")
     TOOLS[tool.name] = tool
 

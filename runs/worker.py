@@ -22,7 +22,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from agentportal.problems import pydantic_errors
-from runs import services
+from runs import extensions, services
 from runs.llm import ModelError, ModelResponse, model_client_for
 from runs.models import (
     AgentRun,
@@ -47,11 +47,6 @@ from runs.tools import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# Interrupt handlers for tool policies other than `auto`, registered by domain apps. A handler
-# gets the run, the lease, the tool, its validated arguments and the call's key, and returns a
-# StepCommit (pause the run, or fail it) or the call's ToolOutcome.
-INTERRUPT_HANDLERS: dict[str, Callable[..., "StepCommit | ToolOutcome"]] = {}
 
 
 @dataclass(frozen=True)
@@ -223,13 +218,10 @@ def _slice(lease: Lease) -> Step:
 def _step(lease: Lease) -> Step:
     """Execute the node the run is at up to its commit."""
     run = lease.run
-    if run.next_node == Node.MODEL:
-        return (yield from _model_step(run, lease))
-    if run.next_node == Node.TOOLS:
-        return (yield from _tools_step(run, lease))
-    if run.next_node == Node.FOLLOWUP:
-        return (yield from _tools_step(run, lease, followup_node=True))
-    raise LostRun(f"run {run.pk} has no node to execute at {run.next_node}")
+    node = extensions.node(run.next_node)
+    if node is None:
+        raise LostRun(f"run {run.pk} has no node to execute at {run.next_node}")
+    return (yield from node.step(run, lease))
 
 
 def _settle(action: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -379,7 +371,8 @@ def _in_thread(function: Callable[[], T]) -> T:
 # --- the model node ------------------------------------------------------------------------
 
 
-def _model_step(run: AgentRun, lease: Lease) -> Step:
+def model_step(run: AgentRun, lease: Lease) -> Step:
+    """The model node: ask the model for the next turn, with the tools the release declares."""
     manifest = run.release_snapshot["manifest"]
     tools = tools_declared(run.release_snapshot)
     client = model_client_for(manifest)
@@ -458,7 +451,12 @@ def _tool_message(call_id: str, result: dict[str, Any]) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)}
 
 
-def _tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> Step:
+def followup_step(run: AgentRun, lease: Lease) -> Step:
+    """The followup node: the tools node for a turn whose only call is a follow-up request."""
+    return (yield from tools_step(run, lease, followup_node=True))
+
+
+def tools_step(run: AgentRun, lease: Lease, *, followup_node: bool = False) -> Step:
     """Run the last model turn's tool calls, committing each result with its key.
 
     A call whose key already has a result is never run again: its result is reused. The
@@ -588,12 +586,12 @@ def _tool_outcome(
         # The followup node executes it: commit the hand-over first.
         return StepCommit(next_node=Node.FOLLOWUP, advance_step=False)
     if tool.policy not in (Policy.AUTO, Policy.FOLLOWUP):
-        handler = INTERRUPT_HANDLERS.get(tool.policy)
-        if handler is None:
+        interrupt = extensions.interrupt_for(tool.policy)
+        if interrupt is None:
             return ToolOutcome(
                 ToolStatus.FAILED, arguments, {"error": f"the tool {name} is not available"}
             )
-        return handler(run=run, lease=lease, tool=tool, args=validated, key=key)
+        return interrupt.pause(run=run, lease=lease, tool=tool, args=validated, key=key)
     token = CancellationToken()
     context = ToolContext(
         run_id=run.pk,

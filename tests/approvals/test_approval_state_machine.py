@@ -35,7 +35,7 @@ from agentportal.problems import Problem
 from agentportal.services import api_key_create
 from approvals.models import Approval, ApprovalStatus, Order, Refund
 from approvals.services import DecisionRequest, approval_decide, approvals_expire_due
-from runs import services, worker
+from runs import extensions, services, worker
 from runs.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -309,7 +309,7 @@ def execute_approved_refund(lease) -> None:
             continue
         tool = TOOLS["issue_refund"]
         arguments = tool.args_model.model_validate(json.loads(call["function"]["arguments"]))
-        outcome = worker.INTERRUPT_HANDLERS[tool.policy](
+        outcome = extensions.interrupt_for(tool.policy).pause(
             run=run, lease=lease, tool=tool, args=arguments, key=worker.tool_key(run, index)
         )
         assert isinstance(outcome, worker.ToolOutcome) and outcome.recorded

@@ -82,7 +82,7 @@ def test_revision_replaces_wait_and_requires_new_confirmation(demo, api):
     # then: a new wait for a new confirmation; the old version no longer counts
     assert run.status == RunStatus.WAITING_USER
     assert run.wait_state["interrupt_id"] != first_wait
-    assert run.wait_state["proposal_version"] == 2
+    assert run.wait_state["payload"]["proposal_version"] == 2
     [pending] = alice.get(f"/api/v1/runs/{run.pk}").json()["pending"]
     assert pending["tool_args"]["items"] == items
     stale = command(alice, ticket, "confirm", proposal_version=1)

@@ -168,7 +168,7 @@ class PlanMachine(RuleBasedStateMachine):
             assert run.status in (RunStatus.QUEUED, RunStatus.RUNNING)
         else:
             assert (run.status, run.wait_state["kind"]) == expected
-            assert run.wait_state["proposal_version"] == ticket.version
+            assert run.wait_state["payload"]["proposal_version"] == ticket.version
 
     @invariant()
     def the_run_resumes_at_most_once_and_only_after_a_decision(self):

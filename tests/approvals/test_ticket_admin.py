@@ -68,4 +68,4 @@ def test_the_revise_page_proposes_a_new_version_or_shows_what_is_wrong(demo, api
     assert Proposal.objects.filter(ticket=ticket).count() == 2
     assert ticket_of(run).version == 2
     reconcile(run)
-    assert run.wait_state["proposal_version"] == 2
+    assert run.wait_state["payload"]["proposal_version"] == 2

@@ -22,7 +22,7 @@ from runs.models import (
     ToolExecution,
     ToolStatus,
 )
-from runs.releases import DEFAULT_GRAPH_VERSION, ReleaseManifest, ToolDeclaration, default_limits
+from runs.releases import ReleaseManifest, ToolDeclaration, default_limits, graph_release_default
 from tests import factories
 
 # The worker polls the run from the main thread while the model call waits in another one
@@ -344,7 +344,7 @@ def publish_release_with_tools(merchant, *names: str) -> None:
     AgentRelease.objects.create(
         merchant=merchant,
         version=(latest.version + 1) if latest else 1,
-        graph_version=DEFAULT_GRAPH_VERSION,
+        graph_version=graph_release_default().version,
         manifest=ReleaseManifest(
             tools=[ToolDeclaration(name=name) for name in names], limits=default_limits()
         ).model_dump(),

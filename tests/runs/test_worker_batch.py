@@ -7,7 +7,7 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from runs import services, worker
+from runs import extensions, services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStatus, ToolExecution
 from runs.services import LostRun
@@ -108,7 +108,7 @@ def test_a_commit_that_fails_is_its_own_runs_and_the_batch_goes_on(monkeypatch):
         if run.pk == broken.pk:
             raise RuntimeError("a bug in a domain hook")
 
-    monkeypatch.setattr(services, "RUN_FINISH_HOOKS", [*services.RUN_FINISH_HOOKS, hook])
+    _run_end_hook_add(monkeypatch, hook)
     leases = services.runs_claim(limit=3)
 
     # when: the last round rolls back, and each of its steps is committed on its own
@@ -245,7 +245,7 @@ def test_a_database_error_in_a_commit_hands_the_run_back_to_the_queue(monkeypatc
             broken.clear()
             raise OperationalError("database is locked")
 
-    monkeypatch.setattr(services, "RUN_FINISH_HOOKS", [*services.RUN_FINISH_HOOKS, hook])
+    _run_end_hook_add(monkeypatch, hook)
 
     # when
     worker.run_slices(services.runs_claim(limit=1))
@@ -292,7 +292,7 @@ def test_a_database_error_that_is_a_bug_parks_the_run_for_an_operator(monkeypatc
     def hook(finished, previous):
         raise OperationalError("no such column: runs_agentrun.renamed")
 
-    monkeypatch.setattr(services, "RUN_FINISH_HOOKS", [*services.RUN_FINISH_HOOKS, hook])
+    _run_end_hook_add(monkeypatch, hook)
 
     # when
     worker.run_slices(services.runs_claim(limit=1))
@@ -333,3 +333,9 @@ def test_a_slow_call_longer_than_the_lease_keeps_its_run(settings, stock_latency
     assert_completed_once(run.pk)
     assert types(run.pk).count("run.started") == 1
     assert ToolExecution.objects.filter(run=run, tool="check_stock").count() == 1
+
+
+def _run_end_hook_add(monkeypatch, hook) -> None:
+    """Register a run-end hook for one test only."""
+    registry = extensions._registry
+    monkeypatch.setattr(registry, "run_end_hooks", [*registry.run_end_hooks, hook])

@@ -33,7 +33,7 @@ from runs.models import (
     ToolExecution,
     WorkerHeartbeat,
 )
-from runs.releases import DEFAULT_GRAPH_VERSION, Limits, ReleaseManifest, ToolDeclaration
+from runs.releases import Limits, ReleaseManifest, ToolDeclaration, graph_release_default
 from runs.services import LostRun, StepCommit
 from runs.tools import TOOLS
 from tests import factories, threads
@@ -97,7 +97,7 @@ def publish_limits(merchant: Merchant, **limits: int) -> None:
     AgentRelease.objects.create(
         merchant=merchant,
         version=1,
-        graph_version=DEFAULT_GRAPH_VERSION,
+        graph_version=graph_release_default().version,
         manifest=ReleaseManifest(
             tools=[ToolDeclaration(name=name) for name in TOOLS], limits=Limits(**limits)
         ).model_dump(),

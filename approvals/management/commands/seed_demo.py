@@ -12,10 +12,10 @@ from agentportal.models import Membership, Merchant, Role
 from approvals.models import Order, OrderStatus, StockLevel
 from runs.models import AgentRelease
 from runs.releases import (
-    DEFAULT_GRAPH_VERSION,
     ReleaseManifest,
     ToolDeclaration,
     default_limits,
+    graph_release_default,
 )
 from runs.tools import TOOLS
 
@@ -93,7 +93,7 @@ def release_publish_all_tools(merchant: Merchant) -> int:
     AgentRelease.objects.create(
         merchant=merchant,
         version=(latest.version + 1) if latest else 1,
-        graph_version=DEFAULT_GRAPH_VERSION,
+        graph_version=graph_release_default().version,
         manifest=manifest.model_dump(),
         published=True,
     )

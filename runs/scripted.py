@@ -1,0 +1,81 @@
+"""The offline scripted model: a deterministic stand-in for an LLM, so that the demo and the
+tests run without a network. It plays whatever script the domain registered
+(runs.extensions.script_register) on what the conversation says so far."""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from runs import extensions
+from runs.llm import ModelResponse, ToolCall
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What a conversation says so far, as a script reads it.
+
+    `text`: the customer's latest message, followed by their answer to the agent's question
+    when there is one. `said`: everything the customer said, newest first (the answer first).
+    `results`: the results of the tools called since the latest message, by tool name.
+    """
+
+    text: str
+    said: list[str]
+    results: dict[str, dict[str, Any]]
+    calls_so_far: int
+
+    @classmethod
+    def read(cls, messages: list[dict[str, Any]]) -> "Transcript":
+        user_indexes = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        last_user = user_indexes[-1] if user_indexes else -1
+        said = [str(messages[index].get("content") or "") for index in reversed(user_indexes)]
+        names_by_call: dict[str, str] = {}
+        results: dict[str, dict[str, Any]] = {}
+        calls_so_far = 0
+        for index, message in enumerate(messages):
+            for part in message.get("tool_calls") or []:
+                calls_so_far += 1
+                names_by_call[part["id"]] = part["function"]["name"]
+            if index > last_user and message.get("role") == "tool":
+                name = names_by_call.get(message.get("tool_call_id"), "")
+                try:
+                    results[name] = json.loads(message.get("content") or "{}")
+                except ValueError:
+                    results[name] = {"error": str(message.get("content"))}
+        text = said[0] if said else ""
+        answer = results.get("request_clarification", {}).get("answer")
+        if answer:
+            # The customer's answer to the agent's question is part of what they said.
+            text = f"{text}\n{answer}"
+            said = [str(answer), *said]
+        return cls(text=text, said=said, results=results, calls_so_far=calls_so_far)
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class ScriptedModel:
+    """Reads the conversation like a model would and answers with the registered script's
+    next move: a text, or a call of one of the tools declared to it."""
+
+    blocking = False
+
+    def complete(
+        self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelResponse:
+        declared = {tool["function"]["name"] for tool in tools}
+        transcript = Transcript.read(messages)
+        move = extensions.script()(transcript, declared)
+        prompt_tokens = sum(_tokens(str(message.get("content") or "")) for message in messages)
+        if isinstance(move, str):
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": _tokens(move)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            return ModelResponse(content=move, usage=usage)
+        name, arguments = move
+        call = ToolCall(
+            id=f"call_{transcript.calls_so_far + 1}", name=name, arguments=json.dumps(arguments)
+        )
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": _tokens(call.arguments)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return ModelResponse(content=None, tool_calls=[call], usage=usage)

@@ -25,7 +25,7 @@ from rest_framework import serializers
 from agentportal.principals import Principal
 from agentportal.problems import Problem, pydantic_errors
 from agentportal.selectors import principal_for_user
-from approvals import notifications, selectors
+from approvals import locks, notifications, selectors
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     BusinessEvent,
@@ -43,6 +43,7 @@ from approvals.tools import ExchangeItems, exchange_items_problem
 from runs import services as run_services
 from runs.extensions import Interrupt, WaitKind
 from runs.inputs import wait_pause
+from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolStatus
 from runs.releases import GRAPH_RELEASES
 from runs.services import WAITING_STATUSES, Lease, StepCommit
@@ -296,7 +297,7 @@ def _ticket_command(
     expired first, and the command refused.
     """
     with transaction.atomic():
-        run = run_services.run_lock(ticket.run_id)
+        run = run_lock(ticket.run_id)
         expired = run_services.run_wait_expire_locked(run)
         if not expired:
             _ticket_move_locked(ticket.pk, principal, proposal_version, move)
@@ -311,7 +312,7 @@ def _ticket_move_locked(
 ) -> None:
     """Check the version and the state under the ticket's lock, move it by a conditional
     UPDATE, write the record and the BusinessEvent. Call holding the run's lock."""
-    locked = Ticket.objects.select_for_update().get(pk=ticket_id)
+    locked = locks.ticket_lock(ticket_id)
     if locked.version != proposal_version:
         raise Problem(
             409,
@@ -528,7 +529,7 @@ def plan_reconcile(*, run_id) -> int:
     if cursor is None or not BusinessEvent.objects.filter(run_id=run_id, pk__gt=cursor).exists():
         return 0
     with transaction.atomic():
-        return plan_events_apply_locked(run_services.run_lock(run_id))
+        return plan_events_apply_locked(run_lock(run_id))
 
 
 def plan_events_apply_locked(run: AgentRun) -> int:

@@ -20,10 +20,11 @@ from agentportal.models import ApiKey
 from agentportal.principals import Principal
 from agentportal.problems import Problem, iso_z, pydantic_errors
 from agentportal.selectors import principal_for_user, supervisor_memberships
-from approvals import notifications
+from approvals import locks, notifications
 from approvals.models import Approval, ApprovalStatus, Decision
 from runs import services as run_services
 from runs.extensions import Interrupt, WaitKind
+from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
 from runs.services import Lease, StepCommit
 from runs.snapshot import (
@@ -230,8 +231,8 @@ def approval_execute(
     record that the side effect happened). Safe to call twice: the second call changes nothing.
     """
     with transaction.atomic():
-        run = AgentRun.objects.select_for_update().get(pk=approval.run_id)
-        approval = Approval.objects.select_for_update().get(pk=approval.pk)
+        run = run_lock(approval.run_id)
+        approval = locks.approval_lock(pk=approval.pk)
         done = ToolExecution.objects.filter(idempotency_key=context.idempotency_key).first()
         if done is not None:
             return done.status, done.result
@@ -350,7 +351,7 @@ def approval_decide(
     revised = decision_validate(approval=approval, request=request)
     expired = False
     with transaction.atomic():
-        locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        locked = run_lock(run.pk)
         if locked.state_snapshot is None:
             # The run never paused for a person: there is no call to decide.
             if locked.is_finished:
@@ -365,7 +366,7 @@ def approval_decide(
         call = snapshot.pending_tool_call
         if call.interrupt_id != request.interrupt_id:
             raise Problem(409, "interrupt_mismatch", "That is not the call this run is waiting on.")
-        approval = Approval.objects.select_for_update().get(interrupt_id=call.interrupt_id)
+        approval = locks.approval_lock(interrupt_id=call.interrupt_id)
         _refuse_unless_pending(locked, call, approval)
         if timezone.now() >= call.expires_at:
             _expire_locked(locked, snapshot, approval)
@@ -479,7 +480,7 @@ def approval_expire(*, approval: Approval) -> bool:
     """Expire one due call and resume its run with an "expired" result. False if it was
     decided, cancelled or not yet due by the time its lock was taken."""
     with transaction.atomic():
-        run = AgentRun.objects.select_for_update().get(pk=approval.run_id)
+        run = run_lock(approval.run_id)
         try:
             snapshot = snapshot_parse(run.state_snapshot)
         except SnapshotError:
@@ -493,7 +494,7 @@ def approval_expire(*, approval: Approval) -> bool:
             or timezone.now() < call.expires_at
         ):
             return False
-        locked = Approval.objects.select_for_update().get(pk=approval.pk)
+        locked = locks.approval_lock(pk=approval.pk)
         _expire_locked(run, snapshot, locked)
         return True
 

@@ -12,7 +12,7 @@ from django.db.models import F
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field
 
-from approvals import selectors
+from approvals import locks, selectors
 from approvals.models import FollowupRequest, Order, OrderStatus, Refund
 from runs.tools import Policy, Tool, ToolCancelled, ToolContext, ToolError, tool_register
 
@@ -178,7 +178,7 @@ def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
         )
         if refund is None:
             order = _order(context, args.order_id)
-            order = Order.objects.select_for_update().get(pk=order.pk)
+            order = locks.order_lock(order.pk)
             if args.amount > order.refundable:
                 raise ToolError(
                     f"only {order.refundable} of {order.number} is left to refund, "

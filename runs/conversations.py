@@ -14,7 +14,7 @@ from django.utils import timezone
 from agentportal.models import Merchant
 from agentportal.principals import Principal
 from agentportal.problems import Problem
-from runs import inputs, services
+from runs import inputs, locks, services
 from runs.models import (
     AgentRun,
     Conversation,
@@ -76,8 +76,7 @@ def message_send(*, conversation: Conversation, text: str) -> ConversationMessag
     """Plain text from the customer: start a run, or wait behind the active one."""
     with transaction.atomic():
         services.membership_lock(merchant=conversation.merchant, account=conversation.customer)
-        locked = Conversation.objects.select_for_update().select_related("merchant", "customer")
-        conversation = locked.get(pk=conversation.pk)
+        conversation = locks.conversation_lock(conversation.pk)
         if conversation.status == ConversationStatus.CLOSED:
             raise Problem(
                 409, "conversation_closed", "This conversation was closed; use the new one."
@@ -102,7 +101,7 @@ def message_send(*, conversation: Conversation, text: str) -> ConversationMessag
 def _answer_locked(conversation: Conversation, message: ConversationMessage) -> None:
     """A message to an agent that asked the customer a question is the answer: it resumes
     the active run instead of waiting behind it. Call holding the conversation's lock."""
-    run = AgentRun.objects.select_for_update().get(pk=conversation.active_run_id)
+    run = locks.run_lock_in_conversation(conversation.active_run_id)
     wait = inputs.clarification_pending_locked(run)
     if wait is None:
         return
@@ -167,7 +166,7 @@ def _cancel_active_locked(conversation: Conversation, reason: str) -> AgentRun |
     """Cancel the conversation's active run. Call holding the conversation's lock."""
     if conversation.active_run_id is None:
         return None
-    run = AgentRun.objects.select_for_update().get(pk=conversation.active_run_id)
+    run = locks.run_lock_in_conversation(conversation.active_run_id)
     if run.is_finished:
         return None
     plan = services.RunPlan(run)
@@ -257,9 +256,5 @@ def command_run(*, conversation: Conversation, principal: Principal, command) ->
     if command.read_only:
         return command.handler(conversation, principal)
     with transaction.atomic():
-        conversation = (
-            Conversation.objects.select_for_update()
-            .select_related("merchant", "customer")
-            .get(pk=conversation.pk)
-        )
+        conversation = locks.conversation_lock(conversation.pk)
         return command.handler(conversation, principal)

@@ -31,14 +31,14 @@ from pydantic import ValidationError
 
 from agentportal.models import Membership, Merchant
 from agentportal.problems import Problem
-from runs import extensions
+from runs import extensions, locks
+from runs.locks import run_lock
 from runs.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
     AgentRelease,
     AgentRun,
     AttemptStatus,
-    Conversation,
     ErrorCode,
     ModelAttempt,
     Node,
@@ -118,7 +118,7 @@ def release_save(*, release: AgentRelease) -> AgentRelease:
     """Save a release; publishing it unpublishes the merchant's previous one. New runs copy
     the published release; runs already queued keep theirs."""
     with transaction.atomic():
-        Merchant.objects.select_for_update().get(pk=release.merchant_id)
+        locks.merchant_lock(release.merchant_id)
         if release.published:
             AgentRelease.objects.filter(merchant_id=release.merchant_id, published=True).exclude(
                 pk=release.pk
@@ -192,11 +192,7 @@ def queue_run(
 
 def membership_lock(*, merchant: Merchant, account) -> Membership:
     """Lock the account's membership (first in the lock order); 403 when it has none."""
-    membership = (
-        Membership.objects.select_for_update()
-        .filter(user=account, merchant=merchant, active=True)
-        .first()
-    )
+    membership = locks.membership_lock(merchant=merchant, account=account)
     if membership is None:
         raise Problem(403, "permission_denied", "The account is not a member of this shop.")
     return membership
@@ -357,17 +353,6 @@ def run_finish_locked(run: AgentRun, plan: RunPlan) -> None:
     Call holding the run's lock (select_for_update), inside the transaction.
     """
     _run_update_locked(run, plan, timezone.now())
-
-
-def run_lock(run_id) -> AgentRun:
-    """Lock a run, and its conversation first when it has one (the lock order puts the
-    Conversation before the AgentRun). Call inside a transaction."""
-    conversation_id = (
-        AgentRun.objects.filter(pk=run_id).values_list("conversation_id", flat=True).first()
-    )
-    if conversation_id is not None:
-        Conversation.objects.select_for_update().filter(pk=conversation_id).first()
-    return AgentRun.objects.select_for_update().get(pk=run_id)
 
 
 def run_cancel(*, run: AgentRun, reason: str = "cancelled") -> AgentRun:
@@ -601,7 +586,9 @@ def _claim_plan(run: AgentRun, now) -> tuple[RunPlan, Lease, ModelAttempt | None
     plan.events.append(("run.started", {"lease": token}))
     attempt = None
     if run.deadline_at is not None and run.deadline_at <= now:
-        if run.conversation_id is not None and not _conversation_lock_nowait(run):
+        if run.conversation_id is not None and not locks.conversation_lock_nowait(
+            run.conversation_id
+        ):
             return None
         plan.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
     elif run.next_node == Node.LOAD or _calls_model(run.next_node):
@@ -613,19 +600,6 @@ def _claim_plan(run: AgentRun, now) -> tuple[RunPlan, Lease, ModelAttempt | None
 def _calls_model(node_name: str) -> bool:
     node = extensions.node(node_name)
     return node is not None and node.calls_model
-
-
-def _conversation_lock_nowait(run: AgentRun) -> bool:
-    """Lock a run's conversation after the run, out of the lock order, so only without
-    waiting: it can then never deadlock. False when someone else holds it."""
-    try:
-        with transaction.atomic():
-            Conversation.objects.select_for_update(nowait=True).filter(
-                pk=run.conversation_id
-            ).first()
-    except OperationalError:
-        return False
-    return True
 
 
 def _budget_exhausted(*, model_calls: int, step: int, limits: dict) -> str:
@@ -953,12 +927,7 @@ def _steps_write(planned: list[_PlannedStep], now) -> None:
             {step.plan.run.conversation_id for step in planned if step.plan.finished} - {None}
         )
         if ending:
-            list(
-                Conversation.objects.select_for_update()
-                .filter(pk__in=ending)
-                .order_by("pk")
-                .values_list("pk", flat=True)
-            )
+            locks.conversations_lock(ending)
         for step in sorted(planned, key=lambda step: str(step.lease.run_id)):
             step.held = locked_run(step.lease, step.plan.row_fields(now))
         held = [step for step in planned if step.held]

@@ -7,7 +7,7 @@ nothing and the IMMEDIATE transaction already holds the database's write lock, s
 conditional UPDATE must still decide every transition.
 """
 
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connection, transaction
 
 from agentportal.models import Membership, Merchant
 from runs.models import AgentRun, Conversation
@@ -71,3 +71,12 @@ def run_lock(run_id) -> AgentRun:
 def run_lock_in_conversation(run_id) -> AgentRun:
     """Lock a run whose conversation the caller holds locked already (or that has none)."""
     return AgentRun.objects.select_for_update(of=("self",)).get(pk=run_id)
+
+
+def row_lock_clause(*, no_key: bool = False, skip_locked: bool = False) -> str:
+    """The clause that makes a hand-written SELECT take row locks: FOR [NO KEY] UPDATE
+    [SKIP LOCKED] where the database has row locks, "" on SQLite (where the IMMEDIATE
+    transaction already holds the write lock). For the claim's raw statements."""
+    if not connection.features.has_select_for_update:
+        return ""
+    return connection.ops.for_update_sql(skip_locked=skip_locked, no_key=no_key)

@@ -5,9 +5,11 @@ Nothing slow happens inside a transaction: the model and the tools are called be
 and every commit goes through runs.services.runs_step_commit, which re-checks each lease.
 """
 
+import functools
 import json
 import logging
 import math
+import operator
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -34,6 +36,7 @@ from runs.models import (
     ToolStatus,
 )
 from runs.services import AccessRevoked, Lease, LostRun, StepCommit
+from runs.services.statements import held_by
 from runs.tools import (
     CancellationToken,
     Policy,
@@ -116,7 +119,7 @@ class _Claims:
         if now >= self.until:
             # Runs may be waiting: hand over to a fresh tick now, not when this batch ends.
             self.spent = True
-            _settle(services.tick_enqueue)
+            _record_quietly(services.tick_enqueue)
             return []
         if holding and (batch - holding < max(1, batch // 2) or now < self.retry_at):
             return []
@@ -137,33 +140,22 @@ def run_slices(
 ) -> None:
     """Execute claimed runs together until each finishes, waits, spends its slice or is
     lost; with `claims`, more runs join while there is room."""
-    _fly(_flights(leases, ends=ends), ends=ends, claims=claims)
+    _batch_execute(_batch_join(leases, ends=ends), ends=ends, claims=claims)
 
 
-def run_step(lease: Lease) -> AgentRun:
-    """Execute the node the run is at and commit its outcome, on its own.
-
-    Raises what stopped it instead of settling it: LostRun or AccessRevoked when the worker no
-    longer holds the run.
-    """
-    flight = _Flight(lease, _step(lease), settle=False)
-    _fly([flight], ends=math.inf)
-    if flight.error is not None:
-        raise flight.error
-    return flight.result
-
-
-def _flights(leases: list[Lease], *, ends: float) -> list["_Flight"]:
+def _batch_join(leases: list[Lease], *, ends: float) -> list["_RunInBatch"]:
     """Start executing claimed runs, each up to the end of its slice."""
     slice_ends = min(ends, time.monotonic() + _config("SLICE_SECONDS"))
-    flights = []
+    batch = []
     for lease in leases:
         lease.slice_ends = slice_ends
-        flights.append(_Flight(lease, _slice(lease)))
-    return flights
+        batch.append(_RunInBatch(lease, _slice(lease)))
+    return batch
 
 
-def _fly(flights: list["_Flight"], *, ends: float, claims: _Claims | None = None) -> None:
+def _batch_execute(
+    batch: list["_RunInBatch"], *, ends: float, claims: _Claims | None = None
+) -> None:
     """Execute runs together until each finishes, waits, spends its slice or is lost; with
     `claims`, more runs join while there is room.
 
@@ -180,32 +172,32 @@ def _fly(flights: list["_Flight"], *, ends: float, claims: _Claims | None = None
             if not connection.in_atomic_block:
                 # Between rounds, as between requests: a connection that broke is replaced.
                 close_old_connections()
-            flights[:] = [flight for flight in flights if not flight.done]
+            batch[:] = [entry for entry in batch if not entry.done]
             if claims is not None:
-                flights += _flights(claims.more(holding=len(flights)), ends=ends)
-            if not flights:
+                batch += _batch_join(claims.more(holding=len(batch)), ends=ends)
+            if not batch:
                 return
-            for flight in flights:
-                if flight.call_done():
-                    flight.advance(flight.call_outcome())
+            for entry in batch:
+                if entry.call_done():
+                    entry.advance(entry.call_outcome())
             if time.monotonic() - polled >= _config("CANCEL_POLL_SECONDS"):
-                _abandon_lost([flight for flight in flights if flight.in_call()])
+                _abandon_lost([entry for entry in batch if entry.in_call()])
                 polled = time.monotonic()
-            ready = [f for f in flights if not f.done and isinstance(f.wants, StepCommit)]
+            ready = [f for f in batch if not f.done and isinstance(f.wants, StepCommit)]
             if ready:
                 outcomes = services.runs_step_commit([(f.lease, f.wants) for f in ready])
-                for flight, outcome in zip(ready, outcomes, strict=True):
-                    flight.advance(outcome)
+                for entry, outcome in zip(ready, outcomes, strict=True):
+                    entry.advance(outcome)
                 continue
-            calls = [flight.future for flight in flights if flight.in_call()]
+            calls = [entry.future for entry in batch if entry.in_call()]
             if calls:
                 wait(calls, timeout=_config("CANCEL_POLL_SECONDS"), return_when=FIRST_COMPLETED)
     finally:
-        stranded = [flight for flight in flights if not flight.done]
-        for flight in stranded:
-            flight.drop()
+        stranded = [entry for entry in batch if not entry.done]
+        for entry in stranded:
+            entry.drop()
         if stranded:
-            _settle(services.runs_release, [flight.lease for flight in stranded])
+            _record_quietly(services.runs_release, [entry.lease for entry in stranded])
 
 
 def _slice(lease: Lease) -> Step:
@@ -224,7 +216,7 @@ def _step(lease: Lease) -> Step:
     return (yield from node.step(run, lease))
 
 
-def _settle(action: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+def _record_quietly(action: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Record what became of a run the worker gives up; a database that fails here only
     leaves the run to its lease's expiry."""
     try:
@@ -233,17 +225,17 @@ def _settle(action: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         logger.exception("could not record what became of a run; its lease will expire")
 
 
-class _Flight:
+class _RunInBatch:
     """A run a worker is executing among others: its steps, and what they wait for.
 
-    With `settle`, what stops the steps is dealt with here (a lost run dropped, a revoked one
+    With `handle_stops`, what stops the steps is dealt with here (a lost run dropped, a revoked one
     failed, a bug parked for an operator); without, it is kept in `error` for the caller.
     """
 
-    def __init__(self, lease: Lease, steps: Step, *, settle: bool = True) -> None:
+    def __init__(self, lease: Lease, steps: Step, *, handle_stops: bool = True) -> None:
         self.lease = lease
         self.steps = steps
-        self.settle = settle
+        self.handle_stops = handle_stops
         self.wants: StepCommit | SlowCall | None = None
         self.future: Future | None = None
         self.done = False
@@ -276,28 +268,30 @@ class _Flight:
             return
         except Exception as error:
             self.done = True
-            if self.settle:
-                self._settle(error)
+            if self.handle_stops:
+                self._handle_stop(error)
             else:
                 self.error = error
             return
         if isinstance(self.wants, SlowCall):
             self.future = _pool().submit(_in_thread, self.wants.function)
 
-    def _settle(self, error: Exception) -> None:
+    def _handle_stop(self, error: Exception) -> None:
         lease = self.lease
         if isinstance(error, LostRun | RunAbandoned):
             logger.info("dropping run %s: %s", lease.run_id, error)
         elif isinstance(error, AccessRevoked):
-            _settle(services.run_fail_access_revoked, lease=lease)
-        elif services.database_error_passing(error):
+            _record_quietly(services.run_fail_access_revoked, lease=lease)
+        elif services.database_error_transient(error):
             # A lock timeout, a deadlock, a lost connection: nothing of the step was written,
             # and the run can go on from its last commit, here or in another worker.
             logger.warning("run %s handed back to the queue: %s", lease.run_id, error)
-            _settle(services.runs_release, [lease])
+            _record_quietly(services.runs_release, [lease])
         else:
             logger.error("run %s failed unexpectedly", lease.run_id, exc_info=error)
-            _settle(services.run_park, lease=lease, reason=f"{type(error).__name__}: {error}")
+            _record_quietly(
+                services.run_park, lease=lease, reason=f"{type(error).__name__}: {error}"
+            )
 
     def abandon(self) -> None:
         """The run was stopped or taken over during its slow call: cancel the call."""
@@ -311,35 +305,32 @@ class _Flight:
             self.future = None
 
 
-def _abandon_lost(flights: list[_Flight]) -> None:
+def _abandon_lost(batch: list[_RunInBatch]) -> None:
     """Abandon the slow calls of runs their worker no longer holds (/stop, a takeover), and
     renew the leases of the others before they run out, since a call may outlast a lease."""
-    if not flights:
+    if not batch:
         return
     try:
+        now = timezone.now()
         held = set(
             AgentRun.objects.filter(
-                pk__in=[flight.lease.run_id for flight in flights], status=RunStatus.RUNNING
-            ).values_list("pk", "lease_token", "control_version")
+                functools.reduce(operator.or_, [held_by(entry.lease, now) for entry in batch])
+            ).values_list("pk", flat=True)
         )
-        lost = [
-            flight
-            for flight in flights
-            if (flight.lease.run_id, flight.lease.token, flight.lease.control_version) not in held
-        ]
-        renew_by = timezone.now() + timedelta(seconds=_config("LEASE_SECONDS") / 2)
+        lost = [entry for entry in batch if entry.lease.run_id not in held]
+        renew_by = now + timedelta(seconds=_config("LEASE_SECONDS") / 2)
         due = [
-            flight.lease
-            for flight in flights
-            if flight not in lost and flight.lease.run.lease_expires_at < renew_by
+            entry.lease
+            for entry in batch
+            if entry not in lost and entry.lease.run.lease_expires_at < renew_by
         ]
         expired = set(map(id, services.leases_renew(due))) if due else set()
     except DatabaseError:
         logger.exception("could not poll the runs in slow calls; polling again later")
         return
-    for flight in flights:
-        if flight in lost or id(flight.lease) in expired:
-            flight.abandon()
+    for entry in batch:
+        if entry in lost or id(entry.lease) in expired:
+            entry.abandon()
 
 
 # --- waiting on slow work ------------------------------------------------------------------

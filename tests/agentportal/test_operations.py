@@ -14,7 +14,7 @@ from agentportal.models import ApiKey, Membership, Merchant
 from agentportal.problems import CONTENT_TYPE
 from approvals.models import Order, StockLevel
 from runs.models import AgentRelease, WorkerHeartbeat
-from runs.services import heartbeat_beat
+from runs.services import heartbeat_record
 
 # --- /healthz ----------------------------------------------------------------------------------
 
@@ -27,7 +27,7 @@ def test_healthz_without_a_heartbeat_reports_the_worker_stale(db):
 
 
 def test_healthz_after_a_heartbeat_reports_the_worker_ok(db):
-    heartbeat_beat()
+    heartbeat_record()
 
     response = APIClient().get("/healthz")
 

@@ -49,6 +49,7 @@ from runs.services import LostRun
 from runs.snapshot import TRANSITIONS, CallStatus, snapshot_parse
 from runs.tools import TOOLS
 from tests import factories
+from tests.runs import helpers
 
 pytestmark = pytest.mark.django_db
 
@@ -187,7 +188,7 @@ class ApprovalMachine(RuleBasedStateMachine):
     def crash(self, steps):
         """A worker claims a run, works some steps (or dies right after the refund's own
         commit, before its step commit) and vanishes; its lease runs out; `maintain`."""
-        lease = services.run_claim()
+        lease = helpers.run_claim()
         if lease is None:
             return
         if steps == "inside-the-refund":
@@ -198,7 +199,7 @@ class ApprovalMachine(RuleBasedStateMachine):
                 if run.status != RunStatus.RUNNING:
                     break
                 try:
-                    run = worker.run_step(lease)
+                    run = helpers.run_step(lease)
                 except LostRun:
                     break
         AgentRun.objects.filter(

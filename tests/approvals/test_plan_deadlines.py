@@ -13,6 +13,7 @@ from runs.models import AgentRun, Node, RunStatus
 from tests import factories
 from tests.approvals.plan_helpers import EXCHANGE, command, exchange_run, reconcile, ticket_of
 from tests.problems import assert_problem
+from tests.runs import helpers
 
 
 def test_a_pause_wins_over_a_deadline_that_passed_during_the_step(demo):
@@ -20,19 +21,19 @@ def test_a_pause_wins_over_a_deadline_that_passed_during_the_step(demo):
     run = factories.run_queue(
         customer=User.objects.get(username="alice"), merchant=demo, message=EXCHANGE
     )
-    lease = services.run_claim()
+    lease = helpers.run_claim()
     while not (
         lease.run.next_node == Node.TOOLS
         and lease.run.messages[-1]["tool_calls"][0]["function"]["name"]
         == "create_exchange_proposal"
     ):
-        worker.run_step(lease)
+        helpers.run_step(lease)
     past = timezone.now() - timedelta(seconds=1)
     AgentRun.objects.filter(pk=run.pk).update(deadline_at=past)
     lease.run.deadline_at = past
 
     # when: the step that proposes the plan commits
-    paused = worker.run_step(lease)
+    paused = helpers.run_step(lease)
 
     # then: the run waits with its plan (waiting does not count against the deadline)
     assert paused.status == RunStatus.WAITING_USER

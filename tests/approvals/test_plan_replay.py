@@ -14,6 +14,7 @@ from runs.services import LostRun
 from runs.tools import TOOLS
 from tests import factories
 from tests.approvals.plan_helpers import EXCHANGE
+from tests.runs import helpers
 
 
 def _queue(demo, message: str = EXCHANGE) -> AgentRun:
@@ -31,7 +32,7 @@ def _next_call(run: AgentRun) -> str | None:
 def _step_until(lease, predicate) -> AgentRun:
     run = lease.run
     while not predicate(run):
-        run = worker.run_step(lease)
+        run = helpers.run_step(lease)
     return run
 
 
@@ -60,16 +61,16 @@ def _publish(demo, graph_version: str, tools: list[str]) -> AgentRelease:
 def test_tool_graph_creates_one_proposal_on_replay(demo):
     # given: worker A is about to propose the plan when its lease expires and B claims the run
     run = _queue(demo)
-    stale = services.run_claim()
+    stale = helpers.run_claim()
     _step_until(stale, lambda r: _next_call(r) == "create_exchange_proposal")
     _lease_expires(run.pk)
-    fresh = services.run_claim()
+    fresh = helpers.run_claim()
     assert fresh.run_id == run.pk and fresh.token > stale.token
 
     # when: both execute the proposal step
-    fresh_run = worker.run_step(fresh)
+    fresh_run = helpers.run_step(fresh)
     try:
-        worker.run_step(stale)
+        helpers.run_step(stale)
         raise AssertionError("the stale worker committed")
     except LostRun:
         pass
@@ -88,12 +89,12 @@ def test_a_graph_without_business_waits_creates_one_proposal_on_replay(demo):
     # given: a v9 run whose lost worker created the ticket but never committed its step
     _publish(demo, "after-sales-v9", list(TOOLS))
     run = _queue(demo)
-    stale = services.run_claim()
+    stale = helpers.run_claim()
     _step_until(stale, lambda r: _next_call(r) == "create_exchange_proposal")
     _lease_expires(run.pk)
-    fresh = services.run_claim()
+    fresh = helpers.run_claim()
     try:
-        worker.run_step(stale)
+        helpers.run_step(stale)
         raise AssertionError("the stale worker committed")
     except LostRun:
         pass
@@ -113,9 +114,9 @@ def test_a_graph_without_business_waits_creates_one_proposal_on_replay(demo):
 def test_expired_lease_resumes_committed_tool_without_duplicate(demo):
     # given: a worker that committed the eligibility check, then vanished
     run = _queue(demo)
-    lost = services.run_claim()
+    lost = helpers.run_claim()
     _step_until(lost, lambda r: _next_call(r) == "check_exchange_eligibility")
-    worker.run_step(lost)
+    helpers.run_step(lost)
     committed = ToolExecution.objects.get(run=run, tool="check_exchange_eligibility")
     _lease_expires(run.pk)
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from runs import services
 from runs.models import AgentRun, RunStatus
 from tests import factories
+from tests.runs import helpers
 from tests.runs.test_worker_claim import customer_with_order, in_threads, queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,7 +19,7 @@ def test_racing_claims_never_exceed_the_shops_capacity(capacity):
         queue(customer_with_order(shop, number), shop, number)
 
     # when: eight workers claim at once
-    leases = in_threads(lambda _: services.run_claim(), 8)
+    leases = in_threads(lambda _: helpers.run_claim(), 8)
 
     # then
     assert sum(lease is not None for lease in leases) == capacity

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from agentportal.models import Merchant
 from agentportal.principals import Principal
 from agentportal.problems import Problem
-from runs import commands, conversations, services, worker
+from runs import commands, conversations, worker
 from runs.models import (
     ACTIVE_STATUSES,
     AgentRun,
@@ -21,6 +21,7 @@ from runs.models import (
     MessageStatus,
     RunInput,
 )
+from tests.runs import helpers
 
 TEXTS = ["What is the status of order ORD-1001?", "And ORD-1002?", "hello"]
 COMMANDS = ["/stop", "/new", "/status", "/takeover", "/release"]
@@ -77,9 +78,9 @@ class ConversationMachine(RuleBasedStateMachine):
 
     @rule()
     def worker_takes_a_step(self):
-        lease = services.run_claim()
+        lease = helpers.run_claim()
         if lease is not None:
-            worker.run_step(lease)
+            helpers.run_step(lease)
 
     @invariant()
     def at_most_one_active_run_per_conversation(self):

@@ -4,9 +4,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import services, worker
+from runs import worker
 from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunStatus
 from runs.services import LostRun, StepCommit
+from tests.runs import helpers
 
 STATUS = "What is the status of order ORD-1001?"
 
@@ -85,12 +86,12 @@ def test_stop_cancels_the_active_run_and_keeps_the_queue(demo, alice):
 def test_a_cancelled_run_commits_nothing_more(demo, alice):
     conversation_id = _open(alice)
     run_id = _say(alice, conversation_id, STATUS).json()["run_id"]
-    lease = services.run_claim()
+    lease = helpers.run_claim()
 
     _say(alice, conversation_id, "/stop")
 
     with pytest.raises(LostRun):
-        services.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
+        helpers.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
     worker.run_slices([lease])
     types = list(RunEvent.objects.filter(run_id=run_id).values_list("type", flat=True))
     assert types.count("run.cancelled") == 1
@@ -153,7 +154,7 @@ def test_status_changes_nothing(demo, alice):
 def test_takeover_holds_messages_blocks_the_worker_and_release_resumes(demo, api, alice):
     conversation_id = _open(alice)
     run_id = _say(alice, conversation_id, STATUS).json()["run_id"]
-    lease = services.run_claim()
+    lease = helpers.run_claim()
 
     # a customer may not take over
     refused = _say(alice, conversation_id, "/takeover")
@@ -163,7 +164,7 @@ def test_takeover_holds_messages_blocks_the_worker_and_release_resumes(demo, api
 
     assert taken.json()["result"] == {"cancelled_run_id": run_id, "control_version": 2}
     with pytest.raises(LostRun):
-        services.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
+        helpers.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
     held = _say(alice, conversation_id, "Is anyone there? ORD-1002")
     assert held.json()["message"]["status"] == "HELD"
     worker.tick()

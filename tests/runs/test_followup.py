@@ -7,10 +7,11 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals.models import FollowupRequest
-from runs import services, worker
+from runs import worker
 from runs.models import AgentRun, Node, RunEvent, RunStatus, ToolExecution
 from runs.services import LostRun
 from tests import factories
+from tests.runs import helpers
 
 
 def _queue(demo, message: str) -> AgentRun:
@@ -79,15 +80,15 @@ def test_a_follow_up_beside_other_calls_is_refused_and_nothing_is_registered(dem
 def test_a_replayed_followup_node_registers_one_follow_up(demo):
     # given: worker A lost its lease in the followup node after executing the tool
     run = _queue(demo, "Please follow up on ORD-1001")
-    stale = services.run_claim()
+    stale = helpers.run_claim()
     while stale.run.next_node != Node.FOLLOWUP:
-        worker.run_step(stale)
+        helpers.run_step(stale)
     AgentRun.objects.filter(pk=run.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    fresh = services.run_claim()
+    fresh = helpers.run_claim()
     try:
-        worker.run_step(stale)
+        helpers.run_step(stale)
         raise AssertionError("the stale worker committed")
     except LostRun:
         pass

@@ -7,6 +7,7 @@ from runs import services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunStatus
 from tests import factories
+from tests.runs import helpers
 
 MAX_QUERIES_PER_STEP = 12
 MAX_COMMITS_PER_PLAIN_RUN = 6
@@ -42,11 +43,11 @@ def test_each_step_of_a_plain_run_stays_within_the_query_budget(
 
     # when / then: the claim and every step, one at a time
     with django_assert_max_num_queries(MAX_QUERIES_PER_STEP):
-        lease = services.run_claim()
+        lease = helpers.run_claim()
     steps = 0
     while lease.run.status == RunStatus.RUNNING:
         with django_assert_max_num_queries(MAX_QUERIES_PER_STEP):
-            worker.run_step(lease)
+            helpers.run_step(lease)
         steps += 1
     assert lease.run.status == RunStatus.COMPLETED
     assert steps == 3  # model, lookup_order, model

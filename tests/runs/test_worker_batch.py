@@ -13,6 +13,7 @@ from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStat
 from runs.services import LostRun
 from tests import factories
 from tests.conftest import wait_for
+from tests.runs import helpers
 from tests.runs.test_worker_claim import (
     STOCK_QUESTION,
     Background,
@@ -221,7 +222,7 @@ def test_a_worker_whose_lease_expired_commits_nothing_even_unchallenged():
     # given: a claimed run whose lease expired while nobody else claimed it
     shop = factories.merchant_create()
     [run] = _queued(shop, 1)
-    lease = services.run_claim()
+    lease = helpers.run_claim()
     AgentRun.objects.filter(pk=run.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -229,7 +230,7 @@ def test_a_worker_whose_lease_expired_commits_nothing_even_unchallenged():
 
     # when / then
     with pytest.raises(LostRun):
-        worker.run_step(lease)
+        helpers.run_step(lease)
     assert list(RunEvent.objects.filter(run=run).values_list("seq", "type")) == before
     assert AgentRun.objects.get(pk=run.pk).step == 0
 

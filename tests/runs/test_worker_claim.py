@@ -38,6 +38,7 @@ from runs.services import LostRun, StepCommit
 from runs.tools import TOOLS
 from tests import factories, threads
 from tests.conftest import wait_for
+from tests.runs import helpers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -185,7 +186,7 @@ def test_concurrent_claims_of_one_run_give_exactly_one_lease(workers):
     run = queue(customer, shop, "ORD-1")
 
     # when: several workers claim at the same moment
-    leases = in_threads(lambda _: services.run_claim(), workers)
+    leases = in_threads(lambda _: helpers.run_claim(), workers)
 
     # then: one lease, token 1, one run.started
     won = [lease for lease in leases if lease is not None]
@@ -331,10 +332,10 @@ def test_stale_lease_holder_cannot_commit_after_takeover():
     shop = factories.merchant_create()
     customer = customer_with_order(shop, "ORD-3")
     run = queue(customer, shop, "ORD-3")
-    lease_a = services.run_claim()
+    lease_a = helpers.run_claim()
     assert lease_a is not None and lease_a.token == 1
     expire_lease(run.pk)
-    lease_b = services.run_claim()
+    lease_b = helpers.run_claim()
     assert lease_b is not None
     assert (lease_b.run_id, lease_b.token) == (run.pk, 2)
     # B found A's STARTED attempt: it may have reached the model, so it is UNKNOWN now
@@ -351,7 +352,7 @@ def test_stale_lease_holder_cannot_commit_after_takeover():
         complete_with="stale words",
     )
     with pytest.raises(LostRun):
-        services.run_step_commit(lease=lease_a, commit=stale)
+        helpers.run_step_commit(lease=lease_a, commit=stale)
 
     # then: nothing of A's was written
     assert snapshot(run.pk) == before
@@ -387,7 +388,7 @@ def test_cancel_while_worker_holds_run_lets_it_commit_nothing():
     shop = factories.merchant_create()
     customer = customer_with_order(shop, "ORD-4")
     run = queue(customer, shop, "ORD-4")
-    lease = services.run_claim()
+    lease = helpers.run_claim()
     assert lease is not None
 
     # when: the run is cancelled, then the worker executes its slice
@@ -446,7 +447,7 @@ def test_claim_passes_over_shop_at_capacity_and_claims_another_shops_run():
     full_customer = customer_with_order(full, "ORD-10")
     other_customer = customer_with_order(other, "ORD-20")
     held = queue(full_customer, full, "ORD-10")
-    held_lease = services.run_claim()
+    held_lease = helpers.run_claim()
     assert held_lease is not None and held_lease.run_id == held.pk
     waiting = queue(full_customer, full, "ORD-10", "Where is {order}?")
     elsewhere = queue(other_customer, other, "ORD-20")
@@ -454,9 +455,9 @@ def test_claim_passes_over_shop_at_capacity_and_claims_another_shops_run():
     Merchant.objects.filter(pk=other.pk).update(last_scheduled_at=timezone.now())
 
     # when / then: the other shop's run is claimed, the full shop's is not
-    lease = services.run_claim()
+    lease = helpers.run_claim()
     assert lease is not None and lease.run_id == elsewhere.pk
-    assert services.run_claim() is None
+    assert helpers.run_claim() is None
     waiting.refresh_from_db()
     assert waiting.status == RunStatus.QUEUED
     assert waiting.lease_token == 0
@@ -464,7 +465,7 @@ def test_claim_passes_over_shop_at_capacity_and_claims_another_shops_run():
     # and once the held run finishes, its shop's capacity is free again
     worker.run_slices([held_lease])
     assert AgentRun.objects.get(pk=held.pk).status == RunStatus.COMPLETED
-    lease = services.run_claim()
+    lease = helpers.run_claim()
     assert lease is not None and lease.run_id == waiting.pk
 
 
@@ -480,7 +481,7 @@ def test_claim_serves_shop_under_its_reserved_slots_first():
     ]
 
     # when
-    claimed = [services.run_claim().run_id for _ in range(3)]
+    claimed = [helpers.run_claim().run_id for _ in range(3)]
 
     # then: the reserved shop first; once its slot is used, the fair order again
     assert claimed == [reserved_runs[0].pk, plain_run.pk, reserved_runs[1].pk]
@@ -501,7 +502,7 @@ def test_claim_serves_shop_scheduled_longest_ago_first_then_oldest_run():
         ]
 
     # when
-    claimed = [services.run_claim().run_id for _ in range(6)]
+    claimed = [helpers.run_claim().run_id for _ in range(6)]
 
     # then: never scheduled, then the longest ago, taking turns; each shop's oldest run first
     assert claimed == [
@@ -512,7 +513,7 @@ def test_claim_serves_shop_scheduled_longest_ago_first_then_oldest_run():
         runs["stale"][1],
         runs["recent"][1],
     ]
-    assert services.run_claim() is None
+    assert helpers.run_claim() is None
 
 
 # --- maintain --------------------------------------------------------------------------------
@@ -523,7 +524,7 @@ def test_maintain_requeues_run_with_expired_lease_and_it_resumes():
     shop = factories.merchant_create()
     customer = customer_with_order(shop, "ORD-50")
     run = queue(customer, shop, "ORD-50")
-    assert services.run_claim() is not None
+    assert helpers.run_claim() is not None
     expire_lease(run.pk)
 
     # when
@@ -551,7 +552,7 @@ def test_maintain_requeues_run_with_expired_lease_and_it_resumes():
 def test_maintain_leaves_live_lease_alone():
     shop = factories.merchant_create()
     run = queue(customer_with_order(shop, "ORD-51"), shop, "ORD-51")
-    lease = services.run_claim()
+    lease = helpers.run_claim()
 
     report = services.maintain()
 
@@ -590,7 +591,7 @@ def test_run_held_past_its_deadline_fails_at_its_workers_next_step(settings):
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "LEASE_SECONDS": 3600.0}
     shop = factories.merchant_create()
     run = queue(customer_with_order(shop, "ORD-61"), shop, "ORD-61")
-    lease = services.run_claim()
+    lease = helpers.run_claim()
 
     # when: the deadline passes; maintain leaves the run to its worker, which steps on
     with time_machine.travel(run.deadline_at + timedelta(seconds=1)):
@@ -613,7 +614,7 @@ def test_claim_fails_overdue_run_and_claims_the_next_one():
     AgentRun.objects.filter(pk=overdue.pk).update(deadline_at=timezone.now() - timedelta(seconds=1))
 
     # when
-    lease = services.run_claim()
+    lease = helpers.run_claim()
 
     # then: the overdue run failed instead of starting; the fresh one was claimed
     assert lease is not None and lease.run_id == fresh.pk
@@ -635,7 +636,7 @@ def test_run_released_at_end_of_slice_resumes_without_losing_a_model_call(settin
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "SLICE_SECONDS": 0.0}
     shop = factories.merchant_create()
     run = queue(customer_with_order(shop, "ORD-63"), shop, "ORD-63")
-    lease = services.run_claim()
+    lease = helpers.run_claim()
 
     # when: it executes its slice, it gives the run back to the queue
     worker.run_slices([lease])
@@ -694,7 +695,7 @@ def test_membership_revoked_after_claim_fails_run_with_permission_revoked(demo):
     run = factories.run_queue(
         customer=alice, merchant=demo, message="What is the status of order ORD-1001?"
     )
-    lease = services.run_claim()
+    lease = helpers.run_claim()
     assert lease is not None and lease.run_id == run.pk
 
     # when: alice's membership is revoked, then the worker executes its slice

@@ -1,0 +1,207 @@
+"""Claiming runs fairly within each shop's capacity, and the model attempts a claim or a step
+records before the model is called."""
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agentportal.models import Merchant
+from runs import extensions, locks
+from runs.models import AgentRun, AttemptStatus, ErrorCode, ModelAttempt, Node, RunStatus
+from runs.services.changes import RunChange, run_changes_write
+from runs.services.leases import Lease, lease_expires_at
+from runs.services.statements import (
+    CANDIDATES_SQL,
+    CLAIM_UPDATE_SQL,
+    MERCHANT_LOCK_SQL,
+    NEXT_RUNS_SQL,
+    RUNNING_COUNT_SQL,
+    SCHEDULED_SQL,
+    assignments,
+    prepared,
+    rows_insert,
+    run_pk,
+)
+
+
+def runs_claim(*, limit: int) -> list[Lease]:
+    """Claim up to `limit` runs fairly and take their leases; [] when nothing is claimable.
+
+    Shops under their reserved slots first (up to those slots), then the shop scheduled
+    longest ago, then its oldest runs, as if the runs were claimed one at a time: the room is
+    shared among the shops in that order, each within its free capacity, and what a shop
+    cannot use goes round again. Each shop's runs are claimed in one transaction, and its
+    Merchant row's lock makes the capacity check exact across workers.
+    """
+    leases: list[Lease] = []
+    for _ in range(100):
+        with connection.cursor() as cursor:
+            cursor.execute(CANDIDATES_SQL, {"now": timezone.now()})
+            candidates = [row[0] for row in cursor.fetchall()]
+        if not candidates:
+            return leases
+        share = -(-(limit - len(leases)) // len(candidates))
+        progress = False
+        for merchant_id in candidates:
+            claimed, failed = _claim_from(merchant_id, min(share, limit - len(leases)))
+            leases += claimed
+            progress = progress or bool(claimed or failed)
+            if len(leases) >= limit:
+                return leases
+        if not progress:
+            return leases
+    return leases
+
+
+def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
+    """Claim up to `limit` runs of a merchant; the leases, and how many of the runs found had
+    to be failed instead (past their deadline or out of budget)."""
+    with transaction.atomic():
+        now = timezone.now()
+        # Lock first and count after: a count taken in the locking statement would be read
+        # from before the wait on PostgreSQL and miss the claim that held the lock.
+        merchant = Merchant.objects.raw(
+            MERCHANT_LOCK_SQL.format(lock=locks.row_lock_clause(no_key=True)), [merchant_id]
+        )[0]
+        moment = {"merchant": merchant_id, "now": prepared(AgentRun, "lease_expires_at", now)}
+        with connection.cursor() as cursor:
+            cursor.execute(RUNNING_COUNT_SQL, moment)
+            [running] = cursor.fetchone()
+        free = merchant.max_running_runs - running
+        if running < merchant.reserved_slots:
+            # Its turn before the others' is only for its reserved slots.
+            free = min(free, merchant.reserved_slots - running)
+        if not merchant.active or free <= 0:
+            return [], 0
+        found = list(
+            AgentRun.objects.raw(
+                NEXT_RUNS_SQL.format(lock=locks.row_lock_clause(skip_locked=True)),
+                {**moment, "limit": min(limit, free)},
+            )
+        )
+        claims = [claim for run in found if (claim := _claim_change(run, now)) is not None]
+        if not claims:
+            return [], 0
+        with connection.cursor() as cursor:
+            for change, _lease, _attempt in claims:
+                clause, params = assignments(AgentRun, change.row_fields(now))
+                cursor.execute(
+                    CLAIM_UPDATE_SQL.format(assignments=clause),
+                    [*params, run_pk(change.run.pk), change.run.status, change.run.lease_token],
+                )
+                if cursor.rowcount != 1:
+                    raise transaction.TransactionManagementError(
+                        f"run {change.run.pk} changed under its lock"
+                    )
+            cursor.execute(
+                SCHEDULED_SQL, [prepared(Merchant, "last_scheduled_at", now), merchant_id]
+            )
+        for change, _lease, _attempt in claims:
+            change.run.merchant = merchant
+        run_changes_write([change for change, _lease, _attempt in claims], now)
+        attempts = []
+        for change, lease, attempt in claims:
+            if attempt is None:
+                continue
+            run = change.run
+            if run.model_calls > 1:
+                # A STARTED attempt left by a lost worker may or may not have reached the model:
+                # it counts against the budget, and the model is asked again.
+                ModelAttempt.objects.filter(
+                    run=run, step=run.step, status=AttemptStatus.STARTED
+                ).update(status=AttemptStatus.UNKNOWN, finished_at=now)
+                attempt.attempt = ModelAttempt.objects.filter(run=run, step=run.step).count() + 1
+            attempts.append((attempt, lease))
+        attempts_insert(attempts)
+        leases = [lease for change, lease, _attempt in claims if not change.finished]
+        return leases, len(claims) - len(leases)
+
+
+def _claim_change(run: AgentRun, now) -> tuple[RunChange, Lease, ModelAttempt | None] | None:
+    """What claiming a run writes: RUNNING under a new lease token and, when it is at the
+    model, its STARTED attempt; or its failure when its deadline passed. None: leave it (an
+    overdue run whose conversation someone else holds; maintain fails it in the lock order)."""
+    token = run.lease_token + 1
+    change = RunChange(run)
+    lease = Lease(run_id=run.pk, token=token, control_version=run.control_version, run=run)
+    change.fields.update(
+        status=RunStatus.RUNNING,
+        lease_token=token,
+        lease_expires_at=lease_expires_at(now),
+    )
+    change.events.append(("run.started", {"lease": token}))
+    attempt = None
+    if run.deadline_at is not None and run.deadline_at <= now:
+        if run.conversation_id is not None and not locks.conversation_lock_nowait(
+            run.conversation_id
+        ):
+            return None
+        change.fail(ErrorCode.DEADLINE_EXCEEDED, "The run's deadline passed.")
+    elif run.next_node == Node.LOAD or _calls_model(run.next_node):
+        change.fields["next_node"] = Node.MODEL if run.next_node == Node.LOAD else run.next_node
+        attempt = attempt_add(change, step=run.step)
+    return change, lease, attempt
+
+
+def _calls_model(node_name: str) -> bool:
+    node = extensions.node(node_name)
+    return node is not None and node.calls_model
+
+
+# --- model attempts ---------------------------------------------------------------------------
+
+
+def _budget_exhausted(*, model_calls: int, step: int, limits: dict) -> str:
+    """Why the run may not call the model again, or "" when it may."""
+    if model_calls >= limits["max_model_calls"]:
+        return f"The run used all {model_calls} model calls it is allowed."
+    if step >= limits["max_steps"]:
+        return f"The run used all {step} steps it is allowed."
+    return ""
+
+
+def attempt_add(change: RunChange, *, step: int, attempt_no: int = 1) -> ModelAttempt | None:
+    """Add a STARTED model attempt to a change, recorded before the call and counted against
+    the budget; or, when the budget is spent, make the change the run's failure (and return
+    None)."""
+    model_calls = change.run.model_calls
+    exhausted = _budget_exhausted(
+        model_calls=model_calls,
+        step=step,
+        limits=change.run.release_snapshot["manifest"]["limits"],
+    )
+    if exhausted:
+        change.fail(ErrorCode.BUDGET_EXHAUSTED, exhausted)
+        return None
+    change.fields["model_calls"] = model_calls + 1
+    change.events.append(("model.requested", {"step": step}))
+    return ModelAttempt(
+        run_id=change.run.pk, step=step, attempt=attempt_no, status=AttemptStatus.STARTED
+    )
+
+
+def attempts_insert(attempts: list[tuple[ModelAttempt, Lease]]) -> None:
+    """Insert STARTED model attempts in one statement; each lease learns its attempt."""
+    if not attempts:
+        return
+    created = timezone.now()
+    inserted = rows_insert(
+        ModelAttempt,
+        [
+            {
+                "run": attempt.run_id,
+                "step": attempt.step,
+                "attempt": attempt.attempt,
+                "status": attempt.status,
+                "usage": {},
+                "error": "",
+                "created_at": created,
+            }
+            for attempt, _lease in attempts
+        ],
+        returning=("id", "run"),
+    )
+    run_id = AgentRun._meta.pk.to_python
+    attempt_ids = {run_id(run): pk for pk, run in inserted}
+    for attempt, lease in attempts:
+        attempt.pk = attempt_ids[run_id(attempt.run_id)]
+        lease.attempt_id, lease.attempt_no = attempt.pk, attempt.attempt

@@ -1,0 +1,268 @@
+"""The hand-written SQL of the hot path (claim, step commit), each rule stated once.
+
+The claim and the step commit run at every step, and the ORM spent longer building their
+statements than the database spent running them, so they are written here by hand, built from
+the models' tables and columns and the RunStatus values. Where a rule is also needed as an ORM
+query, its Q-object twin sits next to its SQL form (tests/runs/test_statements.py holds them to
+the same rows on both databases).
+
+Every statement's text is the same at every call (PostgreSQL prepares them, see
+AGENTPORTAL_PG_PREPARED_STATEMENTS): what varies goes in the parameters, and the only parts
+filled in per call are the SET clause (the same for the same fields) and the lock clause (the
+same for the same database).
+"""
+
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
+
+from agentportal.models import Membership, Merchant
+from runs.models import AgentRun, ModelAttempt, RunStatus
+
+
+def _quoted(name: str) -> str:
+    return f'"{name}"'
+
+
+def _table(model) -> str:
+    return _quoted(model._meta.db_table)
+
+
+def _column(model, name: str, alias: str = "") -> str:
+    """A field's column, qualified by `alias` (a table alias or a table name) when given."""
+    column = _quoted(model._meta.get_field(name).column)
+    return f"{alias}.{column}" if alias else column
+
+
+def _value(status: str) -> str:
+    return f"'{status}'"
+
+
+RUNS = _table(AgentRun)
+MERCHANTS = _table(Merchant)
+MEMBERSHIPS = _table(Membership)
+ATTEMPTS = _table(ModelAttempt)
+
+
+def _run(name: str, alias: str = "") -> str:
+    return _column(AgentRun, name, alias)
+
+
+# --- the rules, each in its SQL form and its ORM form ------------------------------------------
+
+
+def running_sql(alias: str = "", now: str = "%(now)s") -> str:
+    """A running run: RUNNING under a lease that has not expired at `now` (a placeholder)."""
+    return (
+        f"{_run('status', alias)} = {_value(RunStatus.RUNNING)}"
+        f" AND {_run('lease_expires_at', alias)} >= {now}"
+    )
+
+
+def running(now) -> Q:
+    """The ORM twin of running_sql()."""
+    return Q(status=RunStatus.RUNNING, lease_expires_at__gte=now)
+
+
+def lease_expired_sql(alias: str = "", now: str = "%(now)s") -> str:
+    """A run whose worker vanished: RUNNING under a lease that expired before `now`."""
+    return (
+        f"{_run('status', alias)} = {_value(RunStatus.RUNNING)}"
+        f" AND {_run('lease_expires_at', alias)} < {now}"
+    )
+
+
+def lease_expired(now) -> Q:
+    """The ORM twin of lease_expired_sql()."""
+    return Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+
+
+def claimable_sql(alias: str = "", now: str = "%(now)s") -> str:
+    """A run a worker may claim: QUEUED, or RUNNING under an expired lease."""
+    return (
+        f"({_run('status', alias)} = {_value(RunStatus.QUEUED)}"
+        f" OR ({lease_expired_sql(alias, now)}))"
+    )
+
+
+def claimable(now) -> Q:
+    """The ORM twin of claimable_sql()."""
+    return Q(status=RunStatus.QUEUED) | lease_expired(now)
+
+
+def held_by_sql(alias: str = "") -> str:
+    """The worker still holds the run: it is RUNNING under the worker's lease token and
+    control version, and the lease has not expired. Parameters: held_by_params()."""
+    return (
+        f"{_run('id', alias)} = %s AND {_run('status', alias)} = {_value(RunStatus.RUNNING)}"
+        f" AND {_run('lease_token', alias)} = %s AND {_run('control_version', alias)} = %s"
+        f" AND {_run('lease_expires_at', alias)} >= %s"
+    )
+
+
+def held_by_params(lease, now) -> list[Any]:
+    return [
+        run_pk(lease.run_id),
+        lease.token,
+        lease.control_version,
+        prepared(AgentRun, "lease_expires_at", now),
+    ]
+
+
+def held_by(lease, now) -> Q:
+    """The ORM twin of held_by_sql()."""
+    return Q(
+        pk=lease.run_id,
+        status=RunStatus.RUNNING,
+        lease_token=lease.token,
+        control_version=lease.control_version,
+        lease_expires_at__gte=now,
+    )
+
+
+def access_sql(table: str) -> str:
+    """The run's merchant is active and its account still an active member of it. `table`
+    names the run's row (an alias or the table). Parameters: [True, True]."""
+    membership = (
+        f"SELECT 1 FROM {MEMBERSHIPS} ms"
+        f" WHERE {_column(Membership, 'user', 'ms')} = {_run('account', table)}"
+        f" AND {_column(Membership, 'merchant', 'ms')} = {_run('merchant', table)}"
+        f" AND {_column(Membership, 'active', 'ms')} = %s"
+    )
+    merchant = (
+        f"SELECT 1 FROM {MERCHANTS} mc"
+        f" WHERE {_column(Merchant, 'id', 'mc')} = {_run('merchant', table)}"
+        f" AND {_column(Merchant, 'active', 'mc')} = %s"
+    )
+    return f"EXISTS ({membership}) AND EXISTS ({merchant})"
+
+
+def access() -> Q:
+    """The ORM twin of access_sql()."""
+    member = Membership.objects.filter(
+        user=OuterRef("account"), merchant=OuterRef("merchant"), active=True
+    )
+    return Q(Exists(member), merchant__active=True)
+
+
+def running_count(now) -> Subquery:
+    """A merchant's running runs (running()), as a subquery on the merchant's row."""
+    return Subquery(
+        AgentRun.objects.filter(running(now), merchant=OuterRef("pk"))
+        .order_by()
+        .values("merchant")
+        .annotate(count=Count("pk"))
+        .values("count"),
+        output_field=IntegerField(),
+    )
+
+
+# --- the statements -----------------------------------------------------------------------------
+
+
+def columns(model, alias: str = "") -> str:
+    """A model's columns by name rather than `*`: the result of a statement PostgreSQL has
+    prepared must keep its shape when a migration adds a column."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f"{prefix}{_quoted(field.column)}" for field in model._meta.concrete_fields)
+
+
+_M_ID = _column(Merchant, "id", "m")
+RUNNING_OF_MERCHANT_SQL = (
+    f"(SELECT COUNT(*) FROM {RUNS} r WHERE {_run('merchant', 'r')} = {_M_ID}"
+    f" AND {running_sql('r')})"
+)
+# Runs before every claim. Shops under their reserved slots first, then the one scheduled
+# longest ago.
+CANDIDATES_SQL = f"""
+SELECT {_M_ID} FROM {MERCHANTS} m
+WHERE {_column(Merchant, "active", "m")}
+  AND EXISTS (SELECT 1 FROM {RUNS} r WHERE {_run("merchant", "r")} = {_M_ID}
+              AND {claimable_sql("r")})
+  AND {RUNNING_OF_MERCHANT_SQL} < {_column(Merchant, "max_running_runs", "m")}
+ORDER BY CASE WHEN {RUNNING_OF_MERCHANT_SQL} < {_column(Merchant, "reserved_slots", "m")}
+              THEN 0 ELSE 1 END,
+         {_column(Merchant, "last_scheduled_at", "m")} IS NOT NULL,
+         {_column(Merchant, "last_scheduled_at", "m")}, {_M_ID}
+LIMIT 8
+"""
+
+# The claim's statements ({lock}: runs.locks.row_lock_clause()).
+MERCHANT_LOCK_SQL = (
+    f"SELECT {columns(Merchant)} FROM {MERCHANTS} WHERE {_column(Merchant, 'id')} = %s {{lock}}"
+)
+RUNNING_COUNT_SQL = (
+    f"SELECT COUNT(*) FROM {RUNS} WHERE {_run('merchant')} = %(merchant)s AND {running_sql()}"
+)
+NEXT_RUNS_SQL = (
+    f"SELECT {columns(AgentRun, 'r')} FROM {RUNS} r"
+    f" WHERE {_run('merchant', 'r')} = %(merchant)s AND {claimable_sql('r')}"
+    f" ORDER BY {_run('created_at', 'r')} LIMIT %(limit)s {{lock}}"
+)
+CLAIM_UPDATE_SQL = (
+    f"UPDATE {RUNS} SET {{assignments}}"
+    f" WHERE {_run('id')} = %s AND {_run('status')} = %s AND {_run('lease_token')} = %s"
+)
+SCHEDULED_SQL = (
+    f"UPDATE {MERCHANTS} SET {_column(Merchant, 'last_scheduled_at')} = %s"
+    f" WHERE {_column(Merchant, 'id')} = %s"
+)
+
+# The guard of every step commit: the worker still holds the run (held_by_sql), the run is
+# unchanged since the worker last wrote it, and its shop and account still have access.
+# Parameters: held_by_params(), the version, True, True.
+GUARDED_UPDATE_SQL = (
+    f"UPDATE {RUNS} SET {{assignments}}"
+    f" WHERE {held_by_sql()} AND {_run('version')} = %s AND {access_sql(RUNS)}"
+)
+
+ATTEMPT_FINISH_SQL = (
+    f"UPDATE {ATTEMPTS} SET {{assignments}} WHERE {_column(ModelAttempt, 'id')} = %s"
+)
+
+
+# --- helpers that keep the values' conversions the ORM's ------------------------------------
+
+
+def prepared(model, name: str, value: Any) -> Any:
+    """A value as the field `name` of `model` stores it in this database."""
+    return model._meta.get_field(name).get_db_prep_save(value, connection)
+
+
+def assignments(model, fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The SET clause of an UPDATE of `model`, with each value prepared by its field."""
+    clause = [
+        f"{connection.ops.quote_name(model._meta.get_field(name).column)} = %s" for name in fields
+    ]
+    return ", ".join(clause), [prepared(model, name, value) for name, value in fields.items()]
+
+
+def run_pk(run_id) -> Any:
+    return AgentRun._meta.pk.get_db_prep_value(run_id, connection)
+
+
+def rows_insert(
+    model, rows: list[dict[str, Any]], *, returning: tuple[str, ...] = ()
+) -> list[tuple]:
+    """One INSERT of `rows` (field name -> value) into `model`'s table; the inserted rows'
+    `returning` fields, when asked for (both databases answer RETURNING)."""
+    names = list(rows[0])
+    model_fields = [model._meta.get_field(name) for name in names]
+    quote = connection.ops.quote_name
+    insert_columns = ", ".join(quote(f.column) for f in model_fields)
+    placeholders = "(" + ", ".join(["%s"] * len(names)) + ")"
+    params = [
+        f.get_db_prep_save(row[name], connection)
+        for row in rows
+        for name, f in zip(names, model_fields, strict=True)
+    ]
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({insert_columns}) "
+        f"VALUES {', '.join([placeholders] * len(rows))}"
+    )
+    if returning:
+        sql += " RETURNING " + ", ".join(quote(model._meta.get_field(n).column) for n in returning)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [tuple(row) for row in cursor.fetchall()] if returning else []

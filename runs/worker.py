@@ -228,8 +228,9 @@ def _record_quietly(action: Callable[..., Any], *args: Any, **kwargs: Any) -> No
 class _RunInBatch:
     """A run a worker is executing among others: its steps, and what they wait for.
 
-    With `handle_stops`, what stops the steps is dealt with here (a lost run dropped, a revoked one
-    failed, a bug parked for an operator); without, it is kept in `error` for the caller.
+    With `handle_stops`, what stops the steps is dealt with here (a lost run dropped, a
+    revoked one failed, a bug parked for an operator); without, it is kept in `error` for the
+    caller.
     """
 
     def __init__(self, lease: Lease, steps: Step, *, handle_stops: bool = True) -> None:

@@ -9,6 +9,8 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions
 
+from agentportal import errors
+
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/problem+json"
@@ -42,6 +44,27 @@ TITLES = {
 }
 
 
+# Every refusal a service can raise, and the problem the API answers it with.
+DOMAIN_PROBLEMS: dict[type[errors.DomainError], tuple[int, str]] = {
+    errors.InvalidInput: (400, "validation_error"),
+    errors.UnknownCommand: (400, "unknown_command"),
+    errors.NotAllowed: (403, "permission_denied"),
+    errors.InterruptMismatch: (409, "interrupt_mismatch"),
+    errors.AlreadyDecided: (409, "already_decided"),
+    errors.VersionConflict: (409, "version_conflict"),
+    errors.NotWaiting: (409, "not_waiting"),
+    errors.RunFinished: (409, "run_finished"),
+    errors.InvalidTransition: (409, "invalid_transition"),
+    errors.IdempotencyKeyInFlight: (409, "idempotency_key_in_flight"),
+    errors.ConversationClosed: (409, "conversation_closed"),
+    errors.InterruptExpired: (410, "interrupt_expired"),
+    errors.SnapshotInvalid: (422, "snapshot_invalid"),
+    errors.SnapshotVersionUnsupported: (422, "snapshot_version_unsupported"),
+    errors.IdempotencyKeyReused: (422, "idempotency_key_reused"),
+    errors.TooManyOpenRuns: (429, "too_many_open_runs"),
+}
+
+
 def iso_z(moment) -> str | None:
     """A time as the API writes it: ISO 8601 in UTC with a Z."""
     if moment is None:
@@ -67,6 +90,16 @@ class Problem(Exception):
         self.detail = detail or TITLES.get(code, code)
         self.errors = errors
         self.extensions = extensions
+
+
+def problem_of(error: errors.DomainError) -> "Problem":
+    """The problem a service's refusal is answered with: its class's row of DOMAIN_PROBLEMS,
+    or the nearest of its ancestors'."""
+    for kind in type(error).__mro__:
+        if kind in DOMAIN_PROBLEMS:
+            status, code = DOMAIN_PROBLEMS[kind]
+            return Problem(status, code, error.detail, errors=error.errors, **error.context)
+    raise LookupError(f"{type(error).__name__} has no problem in DOMAIN_PROBLEMS")
 
 
 def problem_body(
@@ -153,6 +186,8 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse:
     negotiation: the content type is application/problem+json whatever the client accepts.
     """
     request = context.get("request")
+    if isinstance(exc, errors.DomainError):
+        return from_problem(request, problem_of(exc))
     if isinstance(exc, Problem):
         return from_problem(request, exc)
     if isinstance(exc, exceptions.ValidationError):

@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin, supervises_any
-from agentportal.problems import Problem
+from agentportal.errors import DomainError
 from approvals import plans, services
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -189,10 +189,10 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                     else None,
                     reason=form.cleaned_data["reason"],
                 )
-            except Problem as problem:
-                for error in problem.errors or []:
+            except DomainError as refusal:
+                for error in refusal.errors or []:
                     form.add_error(None, f"{error['field']}: {error['message']}")
-                form.add_error(None, problem.detail)
+                form.add_error(None, refusal.detail)
             else:
                 self.message_user(
                     request, f"Approval {approval.interrupt_id}: {decision} recorded."
@@ -215,9 +215,9 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                 services.approval_decide_as_user(
                     approval=approval, user=request.user, decision=decision, reason=reason
                 )
-            except Problem as problem:
-                who = problem.extensions.get("decided_by")
-                detail = f"already decided by {who}" if who else problem.detail
+            except DomainError as refusal:
+                who = refusal.context.get("decided_by")
+                detail = f"already decided by {who}" if who else refusal.detail
                 self.message_user(
                     request, f"Approval {approval.interrupt_id}: {detail}", messages.WARNING
                 )
@@ -406,10 +406,10 @@ class TicketAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                     plans.ticket_principal(ticket=ticket, user=request.user),
                     form.cleaned_data,
                 )
-            except Problem as problem:
-                for error in problem.errors or []:
+            except DomainError as refusal:
+                for error in refusal.errors or []:
                     form.add_error(None, f"{error['field']}: {error['message']}")
-                form.add_error(None, problem.detail)
+                form.add_error(None, refusal.detail)
             else:
                 self.message_user(request, done(ticket))
                 return redirect("admin:approvals_ticket_change", ticket.pk)

@@ -22,8 +22,9 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from rest_framework import serializers
 
+from agentportal import errors
 from agentportal.principals import Principal
-from agentportal.problems import Problem, pydantic_errors
+from agentportal.problems import pydantic_errors
 from agentportal.selectors import principal_for_user
 from approvals import locks, notifications, selectors
 from approvals.models import (
@@ -303,7 +304,7 @@ def _ticket_command(
             _ticket_move_locked(ticket.pk, principal, proposal_version, move)
     if expired:
         # Committed above: the run failed with WAIT_EXPIRED and its plan was cancelled.
-        raise Problem(410, "interrupt_expired", "Nobody answered in time; the plan was closed.")
+        raise errors.InterruptExpired("Nobody answered in time; the plan was closed.")
     return Ticket.objects.get(pk=ticket.pk)
 
 
@@ -314,16 +315,12 @@ def _ticket_move_locked(
     UPDATE, write the record and the BusinessEvent. Call holding the run's lock."""
     locked = locks.ticket_lock(ticket_id)
     if locked.version != proposal_version:
-        raise Problem(
-            409,
-            "version_conflict",
+        raise errors.VersionConflict(
             f"The plan is at version {locked.version}, not {proposal_version}.",
             proposal_version=locked.version,
         )
     if locked.status not in move.allowed:
-        raise Problem(
-            409,
-            "invalid_transition",
+        raise errors.InvalidTransition(
             f"The plan is {locked.status}; that is not possible now.",
             ticket_status=locked.status,
         )
@@ -353,18 +350,18 @@ def ticket_principal(*, ticket: Ticket, user) -> Principal:
     """The principal of a signed-in user (the admin, the portal) for a ticket's shop."""
     principal = principal_for_user(user=user, merchant=ticket.merchant)
     if principal is None:
-        raise Problem(403, "permission_denied", "You no longer belong to this shop.")
+        raise errors.NotAllowed("You no longer belong to this shop.")
     return principal
 
 
 def ticket_owner_check(ticket: Ticket, principal: Principal, action: str) -> None:
     if not principal.is_customer or principal.user.pk != ticket.customer_id:
-        raise Problem(403, "permission_denied", f"Only the plan's customer may {action} it.")
+        raise errors.NotAllowed(f"Only the plan's customer may {action} it.")
 
 
 def plan_supervisor_check(principal: Principal, action: str) -> None:
     if not (principal.can_supervise or principal.is_service):
-        raise Problem(403, "permission_denied", f"Only supervisors {action} plans.")
+        raise errors.NotAllowed(f"Only supervisors {action} plans.")
 
 
 def ticket_confirm(*, ticket: Ticket, principal: Principal, proposal_version: int) -> Ticket:
@@ -395,18 +392,14 @@ def exchange_items_validate(*, order: Order, items: Any) -> list[dict[str, Any]]
     try:
         parsed = EXCHANGE_ITEMS.validate_python(items)
     except ValidationError as error:
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "The items are not a valid exchange.",
             errors=pydantic_errors(error, "items"),
         ) from error
     cleaned = [item.model_dump(mode="json") for item in parsed]
     problem = exchange_items_problem(order, cleaned)
     if problem:
-        raise Problem(
-            400, "validation_error", problem, errors=[{"field": "items", "message": problem}]
-        )
+        raise errors.InvalidInput(problem, errors=[{"field": "items", "message": problem}])
     return cleaned
 
 
@@ -418,9 +411,7 @@ def ticket_revise(
     if principal.is_customer:
         ticket_owner_check(ticket, principal, "ask for changes to")
         if items is not None:
-            raise Problem(
-                400,
-                "validation_error",
+            raise errors.InvalidInput(
                 "A customer asks for changes in the note; a supervisor edits the items.",
                 errors=[{"field": "items", "message": "only a supervisor edits the items"}],
             )
@@ -437,9 +428,7 @@ def ticket_revise(
         )
     plan_supervisor_check(principal, "revise")
     if items is None:
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "A revision by a supervisor names the new items.",
             errors=[{"field": "items", "message": "This field is required."}],
         )
@@ -476,16 +465,12 @@ def ticket_decide(
     """A supervisor approves or rejects the confirmed proposal."""
     plan_supervisor_check(principal, "decide")
     if decision not in PlanDecision.values:
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "Unknown decision.",
             errors=[{"field": "decision", "message": "approve or reject"}],
         )
     if decision == "reject" and not note.strip():
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "A rejection needs a note; the agent tells the customer.",
             errors=[{"field": "note", "message": "required to reject"}],
         )

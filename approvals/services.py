@@ -16,9 +16,10 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
+from agentportal import errors
 from agentportal.models import ApiKey
 from agentportal.principals import Principal
-from agentportal.problems import Problem, iso_z, pydantic_errors
+from agentportal.problems import iso_z, pydantic_errors
 from agentportal.selectors import principal_for_user, supervisor_memberships
 from approvals import locks, notifications
 from approvals.models import Approval, ApprovalStatus, Decision
@@ -53,9 +54,7 @@ def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:
     try:
         return tool.args_model.model_validate(arguments).model_dump(mode="json")
     except ValidationError as error:
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             f"The arguments do not fit {tool.name}.",
             errors=pydantic_errors(error, "tool_args"),
         ) from error
@@ -301,32 +300,24 @@ def decision_validate(*, approval: Approval | None, request: DecisionRequest) ->
     """The body checks (400) that come before the lock: a reason to reject, revised arguments
     that fit the tool. Returns the normalised revised arguments."""
     if request.decision not in Decision.values:
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "Unknown decision.",
             errors=[{"field": "decision", "message": "approve, reject or revise"}],
         )
     if request.decision == Decision.REJECT and not request.reason.strip():
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "A rejection needs a reason; the agent tells the customer.",
             errors=[{"field": "reason", "message": "required to reject"}],
         )
     if request.decision != Decision.REVISE:
         if request.tool_args is not None:
-            raise Problem(
-                400,
-                "validation_error",
+            raise errors.InvalidInput(
                 "tool_args go with revise only.",
                 errors=[{"field": "tool_args", "message": "only with decision revise"}],
             )
         return None
     if not isinstance(request.tool_args, dict):
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "A revision needs the edited tool_args.",
             errors=[{"field": "tool_args", "message": "an object of the tool's arguments"}],
         )
@@ -346,7 +337,7 @@ def approval_decide(
     decisions on one interrupt exactly one succeeds.
     """
     if not principal.can_supervise and not principal.is_service:
-        raise Problem(403, "permission_denied", "Only supervisors decide tool calls.")
+        raise errors.NotAllowed("Only supervisors decide tool calls.")
     approval = Approval.objects.filter(interrupt_id=request.interrupt_id, run=run).first()
     revised = decision_validate(approval=approval, request=request)
     expired = False
@@ -355,17 +346,15 @@ def approval_decide(
         if locked.state_snapshot is None:
             # The run never paused for a person: there is no call to decide.
             if locked.is_finished:
-                raise Problem(409, "run_finished", "The run has ended; nothing waits.")
-            raise Problem(409, "interrupt_mismatch", "This run is not waiting on that call.")
+                raise errors.RunFinished("The run has ended; nothing waits.")
+            raise errors.InterruptMismatch("This run is not waiting on that call.")
         try:
             snapshot = snapshot_parse(locked.state_snapshot)
         except SnapshotError as error:
-            raise Problem(
-                422, error.code, f"The run's state snapshot is unusable: {error}"
-            ) from None
+            raise type(error)(f"The run's state snapshot is unusable: {error}") from None
         call = snapshot.pending_tool_call
         if call.interrupt_id != request.interrupt_id:
-            raise Problem(409, "interrupt_mismatch", "That is not the call this run is waiting on.")
+            raise errors.InterruptMismatch("That is not the call this run is waiting on.")
         approval = locks.approval_lock(interrupt_id=call.interrupt_id)
         _refuse_unless_pending(locked, call, approval)
         if timezone.now() >= call.expires_at:
@@ -375,7 +364,7 @@ def approval_decide(
             _decide_locked(locked, snapshot, approval, principal, request, revised)
     if expired:
         # Committed above: the call is EXPIRED and the run resumed; only now refuse.
-        raise Problem(410, "interrupt_expired", "The call expired before this decision.")
+        raise errors.InterruptExpired("The call expired before this decision.")
     approval.refresh_from_db()
     return locked, approval
 
@@ -387,7 +376,7 @@ def approval_decide_as_user(
     role in the call's shop."""
     principal = principal_for_user(user=user, merchant=approval.merchant)
     if principal is None:
-        raise Problem(403, "permission_denied", "You no longer belong to this shop.")
+        raise errors.NotAllowed("You no longer belong to this shop.")
     return approval_decide(
         run=approval.run,
         principal=principal,
@@ -402,20 +391,18 @@ def approval_decide_as_user(
 
 def _refuse_unless_pending(run: AgentRun, call: PendingToolCall, approval: Approval) -> None:
     if call.status == CallStatus.EXPIRED:
-        raise Problem(410, "interrupt_expired", "The call expired; nothing was done.")
+        raise errors.InterruptExpired("The call expired; nothing was done.")
     if call.status in CallStatus.DECIDED:
-        raise Problem(
-            409,
-            "already_decided",
+        raise errors.AlreadyDecided(
             f"{approval.decided_by_name or 'Someone'} decided this call already.",
             decided_by=approval.decided_by_name,
             decided_at=iso_z(approval.decided_at),
             decision=approval.decision or None,
         )
     if call.status == CallStatus.CANCELLED or run.is_finished:
-        raise Problem(409, "run_finished", "The run was cancelled or has ended.")
+        raise errors.RunFinished("The run was cancelled or has ended.")
     if run.status != RunStatus.WAITING_APPROVAL:
-        raise Problem(409, "not_waiting", "The run is not waiting for this decision.")
+        raise errors.NotWaiting("The run is not waiting for this decision.")
 
 
 def _decide_locked(run, snapshot, approval, principal, request, revised) -> None:

@@ -11,10 +11,11 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from agentportal import errors
 from agentportal.admin import supervises_any
+from agentportal.errors import DomainError
 from agentportal.models import Membership, Role
 from agentportal.principals import Principal
-from agentportal.problems import Problem
 from approvals import plans, selectors, services
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -115,8 +116,8 @@ def approval_page(request, interrupt_id: str):
                 )
                 messages.success(request, _done_message(action))
                 return redirect("portal-approval", interrupt_id=interrupt_id)
-        except Problem as problem:
-            _explain(request, form, problem)
+        except DomainError as error:
+            _explain(request, form, error)
         approval.refresh_from_db()
     return render(
         request,
@@ -138,9 +139,7 @@ def approval_page(request, interrupt_id: str):
 def _validated(approval: Approval, tool_args) -> dict:
     tool = TOOLS.get(approval.tool_name)
     if not isinstance(tool_args, dict):
-        raise Problem(
-            400,
-            "validation_error",
+        raise errors.InvalidInput(
             "Edit the arguments as a JSON object.",
             errors=[{"field": "tool_args", "message": "a JSON object"}],
         )
@@ -168,25 +167,25 @@ def _done_message(action: str) -> str:
     }[action]
 
 
-def _explain(request, form: DecisionForm, problem: Problem) -> None:
+def _explain(request, form: DecisionForm, refusal: DomainError) -> None:
     """Someone else deciding first, or the call expiring, is news for the page, not an
     error page."""
-    if problem.code == "already_decided":
-        when = problem.extensions.get("decided_at", "")[:16].replace("T", " ")
+    if isinstance(refusal, errors.AlreadyDecided):
+        when = refusal.context.get("decided_at", "")[:16].replace("T", " ")
         messages.warning(
             request,
-            f"{problem.extensions.get('decided_by')} already decided this call "
-            f"({problem.extensions.get('decision')}, {when} UTC). Nothing was changed.",
+            f"{refusal.context.get('decided_by')} already decided this call "
+            f"({refusal.context.get('decision')}, {when} UTC). Nothing was changed.",
         )
-    elif problem.code == "interrupt_expired":
+    elif isinstance(refusal, errors.InterruptExpired):
         messages.warning(request, "This call expired before your decision; nothing was run.")
-    elif problem.code == "run_finished":
+    elif isinstance(refusal, errors.RunFinished):
         messages.warning(request, "The run was cancelled or has ended; nothing was run.")
-    elif problem.errors:
-        for error in problem.errors:
+    elif refusal.errors:
+        for error in refusal.errors:
             form.add_error(None, f"{error['field']}: {error['message']}")
     else:
-        form.add_error(None, problem.detail)
+        form.add_error(None, refusal.detail)
 
 
 # --- a plan ------------------------------------------------------------------------------------
@@ -237,8 +236,8 @@ def ticket_page(request, ticket_id):
                 plans.ticket_decide(**common, decision=PlanDecision(action), note=note)
             messages.success(request, PLAN_DONE[action])
             return redirect("portal-ticket", ticket_id=ticket.pk)
-        except Problem as problem:
-            _plan_explain(request, form, problem)
+        except DomainError as error:
+            _plan_explain(request, form, error)
     ticket.refresh_from_db()
     return render(request, "portal/ticket.html", _ticket_context(request, ticket, form))
 
@@ -246,21 +245,21 @@ def ticket_page(request, ticket_id):
 def _plan_principal(ticket, user) -> Principal:
     try:
         return plans.ticket_principal(ticket=ticket, user=user)
-    except Problem as problem:
-        raise Http404(problem.detail) from problem
+    except DomainError as error:
+        raise Http404(error.detail) from error
 
 
-def _plan_explain(request, form: PlanForm, problem: Problem) -> None:
+def _plan_explain(request, form: PlanForm, refusal: DomainError) -> None:
     """A plan that moved on meanwhile is news for the page, not an error page."""
-    if problem.code == "version_conflict":
+    if isinstance(refusal, errors.VersionConflict):
         messages.warning(request, "The plan was revised meanwhile: here is the new version.")
-    elif problem.code == "invalid_transition":
-        messages.warning(request, f"Nothing was changed: {problem.detail}")
-    elif problem.errors:
-        for error in problem.errors:
+    elif isinstance(refusal, errors.InvalidTransition):
+        messages.warning(request, f"Nothing was changed: {refusal.detail}")
+    elif refusal.errors:
+        for error in refusal.errors:
             form.add_error(None, error["message"])
     else:
-        form.add_error(None, problem.detail)
+        form.add_error(None, refusal.detail)
 
 
 def _ticket_context(request, ticket, form: PlanForm) -> dict:
@@ -332,8 +331,8 @@ def chat_page(request):
                 )
                 messages.info(request, _command_message(command.name, result))
             return redirect("portal-chat")
-        except Problem as problem:
-            form.add_error("text", problem.detail)
+        except DomainError as error:
+            form.add_error("text", error.detail)
     return render(request, "portal/chat.html", {**_chat_context(conversation), "form": form})
 
 

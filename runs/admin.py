@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from pydantic import ValidationError
 
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
-from agentportal.problems import Problem
+from agentportal.errors import DomainError
 from agentportal.selectors import user_is_operator
 from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, RunStatus, ToolExecution
 from runs.releases import GRAPH_RELEASES, ReleaseManifest
@@ -94,8 +94,8 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         for run in queryset:
             try:
                 run_cancel(run=run, reason=f"cancelled by {request.user.get_username()}")
-            except Problem as problem:
-                self.message_user(request, f"Run {run.pk}: {problem.detail}", messages.WARNING)
+            except DomainError as refusal:
+                self.message_user(request, f"Run {run.pk}: {refusal.detail}", messages.WARNING)
             else:
                 self.message_user(request, f"Run {run.pk}: cancelled.")
 

@@ -5,8 +5,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentportal import errors
 from agentportal.principals import Principal
-from agentportal.problems import Problem
 from runs import conversations
 
 EVERYONE = frozenset({"customer", "supervisor", "operator", "service"})
@@ -93,10 +93,10 @@ def command_parse(text: str) -> Command | None:
     command = _BY_NAME.get(word)
     if command is None:
         known = ", ".join(command.name for command in COMMANDS)
-        raise Problem(400, "unknown_command", f"{word} is not a command. Try one of {known}.")
+        raise errors.UnknownCommand(f"{word} is not a command. Try one of {known}.")
     return command
 
 
 def command_allowed(command: Command, principal: Principal) -> None:
     if principal.role not in command.roles:
-        raise Problem(403, "permission_denied", f"{command.name} is not for your role.")
+        raise errors.NotAllowed(f"{command.name} is not for your role.")

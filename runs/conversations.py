@@ -11,9 +11,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentportal import errors
 from agentportal.models import Merchant
 from agentportal.principals import Principal
-from agentportal.problems import Problem
 from runs import inputs, locks, services
 from runs.models import (
     AgentRun,
@@ -78,9 +78,7 @@ def message_send(*, conversation: Conversation, text: str) -> ConversationMessag
         services.membership_lock(merchant=conversation.merchant, account=conversation.customer)
         conversation = locks.conversation_lock(conversation.pk)
         if conversation.status == ConversationStatus.CLOSED:
-            raise Problem(
-                409, "conversation_closed", "This conversation was closed; use the new one."
-            )
+            raise errors.ConversationClosed("This conversation was closed; use the new one.")
         message = ConversationMessage(
             conversation=conversation,
             text=text,
@@ -169,7 +167,7 @@ def _cancel_active_locked(conversation: Conversation, reason: str) -> AgentRun |
     run = locks.run_lock_in_conversation(conversation.active_run_id)
     if run.is_finished:
         return None
-    plan = services.RunPlan(run)
+    plan = services.RunChange(run)
     plan.finish(RunStatus.CANCELLED, ("run.cancelled", {"reason": reason}))
     services.run_finish_locked(run, plan)
     conversation.refresh_from_db(fields=["active_run"])

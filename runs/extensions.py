@@ -7,7 +7,8 @@ here, and `runs` never imports the domain:
   pausing does, which **wait kinds** it can leave the run in, how its pending items are
   listed, and what a wait's expiry and the run's end do to what it owns;
 - a **node** of the graph: a name and the step function the worker runs for it;
-- the **script** the offline scripted model plays;
+- the **scripts** the offline scripted model plays (a release picks one by name with
+  `"model": "scripted:<name>"`; plain `"scripted"` plays the default one);
 - a **maintenance sweep** for the once-a-minute backstop, and a hook for every run's end;
 - tools (`runs.tools.tool_register`) and graph releases (`runs.releases.graph_release_register`).
 
@@ -100,7 +101,7 @@ class _Registry:
         self.interrupts: dict[str, Interrupt] = {}
         self.wait_kinds: dict[str, WaitKind] = {}
         self.nodes: dict[str, NodeKind] = {}
-        self.script: Script | None = None
+        self.scripts: dict[str, Script] = {}
         self.sweeps: dict[str, Callable[[], int]] = {}
         self.run_end_hooks: list[Callable[[AgentRun, str], None]] = []
 
@@ -125,10 +126,13 @@ def node_register(node: NodeKind) -> None:
     _registry.nodes[node.name] = node
 
 
-def script_register(script: Script) -> None:
-    if _registry.script is not None:
-        raise ExtensionError("a script for the scripted model is registered already")
-    _registry.script = script
+DEFAULT_SCRIPT = "default"
+
+
+def script_register(script: Script, *, name: str = DEFAULT_SCRIPT) -> None:
+    if name in _registry.scripts:
+        raise ExtensionError(f"a script named {name!r} is registered already")
+    _registry.scripts[name] = script
 
 
 def sweep_register(name: str, sweep: Callable[[], int]) -> None:
@@ -168,10 +172,14 @@ def node(name: str) -> NodeKind | None:
     return _registry.nodes.get(name)
 
 
-def script() -> Script:
-    if _registry.script is None:
-        raise ExtensionError("no script is registered for the scripted model")
-    return _registry.script
+def script(name: str = DEFAULT_SCRIPT) -> Script:
+    if name not in _registry.scripts:
+        raise ExtensionError(f"no script named {name!r} is registered for the scripted model")
+    return _registry.scripts[name]
+
+
+def script_names() -> list[str]:
+    return list(_registry.scripts)
 
 
 def sweeps() -> dict[str, Callable[[], int]]:

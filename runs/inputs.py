@@ -11,7 +11,7 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
 
-from agentportal.problems import Problem
+from agentportal import errors
 from runs import services
 from runs.extensions import Interrupt, WaitKind, wait_kind
 from runs.models import AgentRun, ErrorCode, Node, RunInput, RunStatus, ToolStatus
@@ -103,9 +103,7 @@ def _receipt_replay(run_id, request: InputRequest) -> RunInput | None:
         idempotency_key=request.idempotency_key,
     ).first()
     if receipt is not None and receipt.request_hash != request.payload_hash():
-        raise Problem(
-            422, "idempotency_key_reused", "This Idempotency-Key was used for another input."
-        )
+        raise errors.IdempotencyKeyReused("This Idempotency-Key was used for another input.")
     return receipt
 
 
@@ -131,9 +129,7 @@ def run_input_accept(
             if services.run_wait_expire_locked(locked):
                 expired = True
             elif locked.version != request.run_version:
-                raise Problem(
-                    409,
-                    "version_conflict",
+                raise errors.VersionConflict(
                     f"The run is at version {locked.version}, not {request.run_version}.",
                     run_version=locked.version,
                 )
@@ -151,11 +147,11 @@ def run_input_accept(
         # A concurrent input with the same key (or for the same wait) committed first.
         receipt = _receipt_replay(run.pk, request)
         if receipt is None:
-            raise Problem(409, "not_waiting", "Another input answered this wait first.") from None
+            raise errors.NotWaiting("Another input answered this wait first.") from None
         return receipt, AgentRun.objects.get(pk=run.pk), False
     if expired:
         # Committed above: the run failed with WAIT_EXPIRED; only now refuse.
-        raise Problem(410, "interrupt_expired", "The wait expired before this input arrived.")
+        raise errors.InterruptExpired("The wait expired before this input arrived.")
     return receipt, locked, True
 
 
@@ -218,26 +214,22 @@ def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
     try:
         wait = wait_parse(run.wait_state)
     except SnapshotError as error:
-        raise Problem(
-            422, "snapshot_invalid", f"The run's wait state is unusable: {error}"
-        ) from None
+        raise errors.SnapshotInvalid(f"The run's wait state is unusable: {error}") from None
     expired = run.status == RunStatus.FAILED and run.error_code == ErrorCode.WAIT_EXPIRED
     if expired and wait is not None and wait.interrupt_id == request.interrupt_id:
-        raise Problem(410, "interrupt_expired", "Nobody answered in time; the run has ended.")
+        raise errors.InterruptExpired("Nobody answered in time; the run has ended.")
     if run.is_finished:
-        raise Problem(409, "run_finished", f"The run has ended ({run.status}).")
+        raise errors.RunFinished(f"The run has ended ({run.status}).")
     if run.status != RunStatus.WAITING_USER or wait is None:
-        raise Problem(409, "not_waiting", "The run is not waiting for an input.")
+        raise errors.NotWaiting("The run is not waiting for an input.")
     kind = wait_kind(wait.kind)
     if kind is None or not kind.answers_inputs:
-        raise Problem(
-            409,
-            "not_waiting",
+        raise errors.NotWaiting(
             kind.input_refusal if kind else "The run is not waiting for an input.",
             **wait.payload.model_dump(mode="json"),
         )
     if wait.interrupt_id != request.interrupt_id:
-        raise Problem(409, "interrupt_mismatch", "That is not what this run is waiting for.")
+        raise errors.InterruptMismatch("That is not what this run is waiting for.")
     return wait
 
 

@@ -7,6 +7,8 @@ from typing import Any, Protocol
 import openai
 from django.conf import settings
 
+from runs.extensions import DEFAULT_SCRIPT
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -108,6 +110,7 @@ def model_client_for(manifest: dict[str, Any]) -> ModelClient:
             model=config["OPENAI_MODEL"],
             timeout=config["OPENAI_TIMEOUT_SECONDS"],
         )
-    from runs.scripted import ScriptedModel
+    from runs.scripted import ScriptedModel  # it imports this module
 
-    return ScriptedModel()
+    _, _, script_name = name.partition("scripted:")
+    return ScriptedModel(script_name or DEFAULT_SCRIPT)

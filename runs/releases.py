@@ -5,6 +5,9 @@ from dataclasses import dataclass
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runs import extensions
+from runs.tools import policy_known
+
 
 @dataclass(frozen=True)
 class GraphRelease:
@@ -57,8 +60,6 @@ class ToolDeclaration(BaseModel):
     @field_validator("policy")
     @classmethod
     def _registered(cls, policy: str | None) -> str | None:
-        from runs.tools import policy_known
-
         if policy is not None and not policy_known(policy):
             raise ValueError(f"{policy!r} is not a registered tool policy")
         return policy
@@ -67,11 +68,22 @@ class ToolDeclaration(BaseModel):
 class ReleaseManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "default"  # "default" (settings), "scripted" or "openai"
+    # "default" (settings), "openai", "scripted" (the default script) or "scripted:<name>".
+    model: str = "default"
     # "": the system prompt its graph version registered.
     system_prompt: str = ""
     tools: list[ToolDeclaration] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        if model in ("default", "openai", "scripted"):
+            return model
+        kind, _, script_name = model.partition(":")
+        if kind != "scripted" or script_name not in extensions.script_names():
+            raise ValueError(f"{model!r} is neither a model client nor a registered script")
+        return model
 
 
 def default_limits() -> Limits:

@@ -61,12 +61,15 @@ class ScriptedModel:
 
     blocking = False
 
+    def __init__(self, script_name: str = extensions.DEFAULT_SCRIPT) -> None:
+        self.script = extensions.script(script_name)
+
     def complete(
         self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> ModelResponse:
         declared = {tool["function"]["name"] for tool in tools}
         transcript = Transcript.read(messages)
-        move = extensions.script()(transcript, declared)
+        move = self.script(transcript, declared)
         prompt_tokens = sum(_tokens(str(message.get("content") or "")) for message in messages)
         if isinstance(move, str):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": _tokens(move)}

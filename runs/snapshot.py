@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError, model_validator
 
+from agentportal import errors
+
 
 class CallStatus:
     PENDING_APPROVAL = "PENDING_APPROVAL"
@@ -72,12 +74,12 @@ class StateSnapshot(_Strict):
         return self.model_dump(mode="json")
 
 
-class SnapshotError(Exception):
-    code = "snapshot_invalid"
+class SnapshotError(errors.SnapshotInvalid):
+    pass
 
 
-class SnapshotVersionUnsupported(SnapshotError):
-    code = "snapshot_version_unsupported"
+class SnapshotVersionUnsupported(SnapshotError, errors.SnapshotVersionUnsupported):
+    pass
 
 
 def snapshot_parse(data: Any) -> StateSnapshot:

@@ -1,6 +1,7 @@
 """Checking RFC 9457 problem responses in tests."""
 
-from agentportal.problems import CONTENT_TYPE
+from agentportal.errors import DomainError
+from agentportal.problems import CONTENT_TYPE, problem_of
 
 
 def assert_problem(response, status: int, code: str) -> dict:
@@ -18,3 +19,9 @@ def assert_problem(response, status: int, code: str) -> dict:
     assert body["instance"] == response.request["PATH_INFO"]
     assert "Traceback" not in response.content.decode()
     return body
+
+
+def refusal_problem(error: DomainError) -> tuple[int, str]:
+    """The status and code the API answers a service's refusal with."""
+    problem = problem_of(error)
+    return problem.status, problem.code

@@ -66,9 +66,6 @@ from runs.services.steps import (
     runs_step_commit,
 )
 
-# The name runs.conversations still uses for RunChange.
-RunPlan = RunChange
-
 __all__ = [
     "PARKED_UNTIL",
     "WAITING_STATUSES",
@@ -76,7 +73,6 @@ __all__ = [
     "Lease",
     "LostRun",
     "RunChange",
-    "RunPlan",
     "StepCommit",
     "database_error_transient",
     "deadlines_enforce",

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agentportal.problems import Problem
+from agentportal import errors
 from runs import extensions
 from runs.locks import run_lock
 from runs.models import FINISHED_STATUSES, AgentRun, ErrorCode, Node, RunEvent, RunStatus
@@ -133,7 +133,7 @@ def run_cancel(*, run: AgentRun, reason: str = "cancelled") -> AgentRun:
     with transaction.atomic():
         locked = run_lock(run.pk)
         if locked.is_finished:
-            raise Problem(409, "run_finished", f"The run has already ended ({locked.status}).")
+            raise errors.RunFinished(f"The run has already ended ({locked.status}).")
         change = RunChange(locked)
         change.finish(RunStatus.CANCELLED, ("run.cancelled", {"reason": reason}))
         run_finish_locked(locked, change)

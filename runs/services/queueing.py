@@ -12,8 +12,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
+from agentportal import errors
 from agentportal.models import Membership, Merchant
-from agentportal.problems import Problem
 from runs import locks
 from runs.models import ACTIVE_STATUSES, AgentRelease, AgentRun, RunEvent
 from runs.releases import (
@@ -63,9 +63,7 @@ def release_resolve(*, merchant: Merchant) -> dict[str, Any]:
         manifest = ReleaseManifest.model_validate(release.manifest)
     except ValidationError as error:
         logger.error("release %s of %s is invalid: %s", release.version, merchant.slug, error)
-        raise Problem(
-            409,
-            "invalid_transition",
+        raise errors.InvalidTransition(
             "This shop's published agent release is invalid; an operator must fix it.",
         ) from error
     return {
@@ -92,9 +90,7 @@ def _replay(*, scope: str, key: str, payload_hash: str) -> AgentRun | None:
     """The run an earlier request with this Idempotency-Key created; 422 for another body."""
     run = AgentRun.objects.filter(idempotency_scope=scope, idempotency_key=key).first()
     if run is not None and run.request_hash != payload_hash:
-        raise Problem(
-            422,
-            "idempotency_key_reused",
+        raise errors.IdempotencyKeyReused(
             "This Idempotency-Key was used for another request body.",
         )
     return run
@@ -143,9 +139,7 @@ def queue_run(
         # A concurrent request with the same key won the insert.
         existing = _replay(scope=idempotency_scope, key=idempotency_key, payload_hash=payload_hash)
         if existing is None:
-            raise Problem(
-                409,
-                "idempotency_key_in_flight",
+            raise errors.IdempotencyKeyInFlight(
                 "A request with this Idempotency-Key is being processed; retry shortly.",
             ) from None
         return existing, False
@@ -156,7 +150,7 @@ def membership_lock(*, merchant: Merchant, account) -> Membership:
     """Lock the account's membership (first in the lock order); 403 when it has none."""
     membership = locks.membership_lock(merchant=merchant, account=account)
     if membership is None:
-        raise Problem(403, "permission_denied", "The account is not a member of this shop.")
+        raise errors.NotAllowed("The account is not a member of this shop.")
     return membership
 
 
@@ -167,9 +161,7 @@ def open_runs_check(*, merchant: Merchant, account) -> None:
         merchant=merchant, account=account, status__in=ACTIVE_STATUSES
     ).count()
     if open_runs >= settings.AGENTPORTAL["MAX_OPEN_RUNS_PER_ACCOUNT"]:
-        raise Problem(
-            429,
-            "too_many_open_runs",
+        raise errors.TooManyOpenRuns(
             f"This account already has {open_runs} unfinished runs; wait for one to end.",
         )
 
@@ -195,9 +187,7 @@ def run_insert_locked(
     Call inside a transaction, after the open-run limit was checked.
     """
     if release["graph_version"] not in GRAPH_RELEASES:
-        raise Problem(
-            409,
-            "invalid_transition",
+        raise errors.InvalidTransition(
             f"Graph version {release['graph_version']} is not registered in this build.",
         )
     limits = release["manifest"]["limits"]

@@ -29,9 +29,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
-from agentportal.problems import Problem
 from agentportal.services import api_key_create
 from approvals.models import Approval, ApprovalStatus, Order, Refund
 from approvals.services import DecisionRequest, approval_decide, approvals_expire_due
@@ -49,6 +49,7 @@ from runs.services import LostRun
 from runs.snapshot import TRANSITIONS, CallStatus, snapshot_parse
 from runs.tools import TOOLS
 from tests import factories
+from tests.problems import refusal_problem
 from tests.runs import helpers
 
 pytestmark = pytest.mark.django_db
@@ -97,9 +98,9 @@ class ApprovalMachine(RuleBasedStateMachine):
         message = f"I want a refund for {numbers[order % len(numbers)]} amount {amount}"
         open_runs = AgentRun.objects.filter(account=user, status__in=ACTIVE_STATUSES).count()
         if open_runs >= MAX_OPEN_RUNS:
-            with pytest.raises(Problem) as refused:
+            with pytest.raises(DomainError) as refused:
                 factories.run_queue(customer=user, merchant=self.shop, message=message)
-            assert refused.value.code == "too_many_open_runs"
+            assert refusal_problem(refused.value)[1] == "too_many_open_runs"
             return
         run = factories.run_queue(customer=user, merchant=self.shop, message=message)
         self.runs.append(run.pk)
@@ -152,8 +153,8 @@ class ApprovalMachine(RuleBasedStateMachine):
             try:
                 approval_decide(run=run, principal=self.principals[who], request=request)
                 outcome = "decided"
-            except Problem as problem:
-                outcome = (problem.status, problem.code)
+            except DomainError as refusal:
+                outcome = refusal_problem(refusal)
 
         assert outcome == expected, (call.status, run.status, late)
         approval.refresh_from_db()
@@ -216,9 +217,9 @@ class ApprovalMachine(RuleBasedStateMachine):
         if run.status == RunStatus.WAITING_APPROVAL:
             waiting_on = snapshot_parse(run.state_snapshot).pending_tool_call.interrupt_id
         if run.is_finished:
-            with pytest.raises(Problem) as refused:
+            with pytest.raises(DomainError) as refused:
                 services.run_cancel(run=run)
-            assert refused.value.code == "run_finished"
+            assert refusal_problem(refused.value)[1] == "run_finished"
             return
         services.run_cancel(run=run)
         assert AgentRun.objects.get(pk=run.pk).status == RunStatus.CANCELLED

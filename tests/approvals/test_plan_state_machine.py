@@ -21,15 +21,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
-from agentportal.problems import Problem
 from approvals import plans
 from approvals.models import TICKET_OPEN_STATUSES, BusinessEvent, Proposal, Ticket, TicketStatus
 from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunInput, RunStatus
 from tests import factories
 from tests.approvals.plan_helpers import EXCHANGE
+from tests.problems import refusal_problem
 
 pytestmark = pytest.mark.django_db
 
@@ -77,8 +78,9 @@ class PlanMachine(RuleBasedStateMachine):
         ticket = Ticket.objects.get(pk=self.ticket.pk)
         try:
             action(ticket=ticket, **kwargs)
-        except Problem as problem:
-            assert problem.code in EXPECTED_REFUSALS, problem.code
+        except DomainError as refusal:
+            code = refusal_problem(refusal)[1]
+            assert code in EXPECTED_REFUSALS, code
 
     def _version(self, stale: bool) -> int:
         current = Ticket.objects.get(pk=self.ticket.pk).version

@@ -8,9 +8,9 @@ from django.db import transaction
 from hypothesis import HealthCheck
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
-from agentportal.problems import Problem
 from runs import commands, conversations, worker
 from runs.models import (
     ACTIVE_STATUSES,
@@ -21,6 +21,7 @@ from runs.models import (
     MessageStatus,
     RunInput,
 )
+from tests.problems import refusal_problem
 from tests.runs import helpers
 
 TEXTS = ["What is the status of order ORD-1001?", "And ORD-1002?", "hello"]
@@ -47,8 +48,8 @@ class ConversationMachine(RuleBasedStateMachine):
     def customer_writes(self, text):
         try:
             conversations.message_send(conversation=self._current(), text=text)
-        except Problem as problem:
-            assert problem.code in ("conversation_closed", "too_many_open_runs")
+        except DomainError as refusal:
+            assert refusal_problem(refusal)[1] in ("conversation_closed", "too_many_open_runs")
 
     @rule(name=st.sampled_from(COMMANDS), as_supervisor=st.booleans())
     def command(self, name, as_supervisor):
@@ -56,8 +57,11 @@ class ConversationMachine(RuleBasedStateMachine):
         command = commands.command_parse(name)
         try:
             commands.command_allowed(command, principal)
-        except Problem as problem:
-            assert (problem.code, principal.role) == ("permission_denied", "customer")
+        except DomainError as refusal:
+            assert (refusal_problem(refusal)[1], principal.role) == (
+                "permission_denied",
+                "customer",
+            )
             return
         waiting = set(
             ConversationMessage.objects.filter(

@@ -17,8 +17,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
+from agentportal.errors import RunFinished
 from agentportal.models import Membership, Merchant
-from agentportal.problems import Problem
 from agentportal.services import membership_revoke
 from runs import services, worker
 from runs.models import (
@@ -296,8 +296,8 @@ def test_cancels_racing_four_workers_leave_each_run_with_one_final_word(demo, st
             try:
                 services.run_cancel(run=AgentRun.objects.get(pk=run_id), reason="race")
                 cancelled += 1
-            except Problem:
-                pass  # it had already finished
+            except RunFinished:
+                pass
         return cancelled
 
     *_, cancelled = in_threads(act, 4)

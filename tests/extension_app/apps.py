@@ -1,0 +1,18 @@
+from django.apps import AppConfig
+
+
+class ExtensionAppConfig(AppConfig):
+    name = "tests.extension_app"
+    label = "extension_app"
+    verbose_name = "Sign-offs (a test-only extension of the runtime)"
+
+    def ready(self) -> None:
+        from runs import extensions
+        from runs.extensions import NodeKind
+        from runs.tools import tool_register
+        from tests.extension_app import signoff
+
+        extensions.interrupt_register(signoff.SIGNOFF_INTERRUPT)
+        extensions.node_register(NodeKind(signoff.AUDIT_NODE, signoff.audit_step))
+        extensions.script_register(signoff.signoff_script, name=signoff.SCRIPT)
+        tool_register(signoff.REQUEST_SIGNOFF)

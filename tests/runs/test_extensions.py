@@ -1,0 +1,118 @@
+"""The runtime is extended without touching it: the test-only app tests/extension_app adds a
+wait kind (a customer's sign-off), a graph node (its audit) and a script, and a run goes
+through all of them over the API."""
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from runs import extensions, services, worker
+from runs.models import AgentRelease, RunEvent, RunStatus, ToolExecution
+from runs.releases import ReleaseManifest, ToolDeclaration, default_limits, graph_release_default
+from tests.extension_app import signoff
+
+pytestmark = pytest.mark.django_db
+
+RUNTIME = Path(extensions.__file__).resolve().parent
+
+
+def _publish_signoff_release(demo) -> None:
+    latest = AgentRelease.objects.filter(merchant=demo).order_by("-version").first()
+    manifest = ReleaseManifest(
+        model=f"scripted:{signoff.SCRIPT}",
+        tools=[ToolDeclaration(name=signoff.TOOL)],
+        limits=default_limits(),
+    )
+    services.release_save(
+        release=AgentRelease(
+            merchant=demo,
+            version=latest.version + 1,
+            graph_version=graph_release_default().version,
+            manifest=manifest.model_dump(),
+            published=True,
+        )
+    )
+
+
+def _work() -> None:
+    worker.run_slices(services.runs_claim(limit=4))
+
+
+def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(demo, api):
+    # given a shop whose release plays the sign-off script
+    _publish_signoff_release(demo)
+    alice = api("alice")
+
+    # when alice asks and a worker runs the agent
+    created = alice.post(
+        "/api/v1/runs", {"message": "Ship the blue one"}, format="json", HTTP_IDEMPOTENCY_KEY="s1"
+    )
+    assert created.status_code == 201, created.content
+    run_id = created.json()["id"]
+    _work()
+
+    # then the run waits in the new kind, shown as a pending item with the kind's own field
+    waiting = alice.get(f"/api/v1/runs/{run_id}").json()
+    assert waiting["status"] == RunStatus.WAITING_USER
+    [pending] = waiting["pending"]
+    assert pending["kind"] == "signoff"
+    assert pending["tool_name"] == signoff.TOOL
+    assert pending["tool_args"] == {"note": "Ship the blue one"}
+    assert pending["note"] == "Ship the blue one"
+    assert (pending["ticket_id"], pending["question"]) == (None, None)
+    assert pending["expires_at"]
+
+    # when alice signs off and a worker goes on
+    answered = alice.post(
+        f"/api/v1/runs/{run_id}/inputs",
+        {
+            "interrupt_id": pending["interrupt_id"],
+            "run_version": waiting["version"],
+            "text": "Yes, ship it",
+        },
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="sign-1",
+    )
+    assert answered.status_code == 202, answered.content
+    _work()
+
+    # then the audit node recorded the call's result once and the run finished with it
+    done = alice.get(f"/api/v1/runs/{run_id}").json()
+    assert (done["status"], done["pending"]) == (RunStatus.COMPLETED, [])
+    assert done["result"] == "Signed off: Yes, ship it"
+    [execution] = ToolExecution.objects.filter(run_id=run_id)
+    assert (execution.tool, execution.result["text"]) == (signoff.TOOL, "Yes, ship it")
+    types = list(
+        RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("type", flat=True)
+    )
+    for expected in ("signoff.requested", "input.received", "signoff.audited", "run.completed"):
+        assert expected in types
+    assert types.index("input.received") < types.index("signoff.audited")
+
+
+def test_the_new_kind_appears_in_the_openapi_schema():
+    out = io.StringIO()
+    call_command("spectacular", "--format", "openapi-json", stdout=out)
+    pending = json.loads(out.getvalue())["components"]["schemas"]["Pending"]
+    kinds = json.loads(out.getvalue())["components"]["schemas"]["KindEnum"]["enum"]
+
+    assert "signoff" in kinds
+    assert pending["properties"]["note"] == {"type": "string", "nullable": True}
+
+
+def test_the_runtime_knows_neither_the_after_sales_domain_nor_the_extension():
+    domain_words = re.compile(
+        r"ticket|refund|exchange|ORD-|after.sales|proposal|sku|signoff|sign-off", re.IGNORECASE
+    )
+    found = [
+        f"{path.relative_to(RUNTIME.parent)}:{number}: {line.strip()}"
+        for path in RUNTIME.rglob("*")
+        if path.is_file() and "migrations" not in path.parts and path.suffix in (".py", ".html")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if domain_words.search(line)
+    ]
+    assert found == []

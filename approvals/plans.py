@@ -234,7 +234,7 @@ def _pause_for_new_plan(
         _, event = _ticket_insert(
             run=locked_run, order=order, key=key, items=items, ticket_id=ticket_id
         )
-        _cursor_move_locked(locked_run, event.pk)
+        run_services.run_event_cursor_move_locked(locked_run, event_id=event.pk)
 
     return wait_pause(
         run,
@@ -510,7 +510,9 @@ def plan_reconcile(*, run_id) -> int:
     and one per wait) decide, under the run's lock. A run with nothing new costs two reads and
     takes no write lock.
     """
-    cursor = AgentRun.objects.filter(pk=run_id).values_list("business_cursor", flat=True).first()
+    cursor = (
+        AgentRun.objects.filter(pk=run_id).values_list("domain_event_cursor", flat=True).first()
+    )
     if cursor is None or not BusinessEvent.objects.filter(run_id=run_id, pk__gt=cursor).exists():
         return 0
     with transaction.atomic():
@@ -525,7 +527,7 @@ def plan_events_apply_locked(run: AgentRun) -> int:
     events are applied then, not lost.
     """
     events = list(
-        BusinessEvent.objects.filter(run_id=run.pk, pk__gt=run.business_cursor)
+        BusinessEvent.objects.filter(run_id=run.pk, pk__gt=run.domain_event_cursor)
         .select_related("actor_user")
         .order_by("pk")
     )
@@ -537,19 +539,8 @@ def plan_events_apply_locked(run: AgentRun) -> int:
     for event in events:
         _event_apply(run, event)
     if events:
-        _cursor_move_locked(run, events[-1].pk)
+        run_services.run_event_cursor_move_locked(run, event_id=events[-1].pk)
     return len(events)
-
-
-def _cursor_move_locked(run: AgentRun, event_id: int) -> None:
-    """Record that the run has applied the business events up to `event_id`, decided by a
-    conditional UPDATE on the cursor read under the lock. Call holding the run's lock."""
-    moved = AgentRun.objects.filter(pk=run.pk, business_cursor=run.business_cursor).update(
-        business_cursor=event_id
-    )
-    if moved != 1:
-        raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
-    run.business_cursor = event_id
 
 
 def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
@@ -655,8 +646,8 @@ def _review_apply(run: AgentRun, wait: WaitState, event: BusinessEvent, details:
 
 def _receipt(run: AgentRun, wait: WaitState, event: BusinessEvent) -> RunInput:
     """The receipt of the event that answered a wait. Call holding the run's lock."""
-    return RunInput.objects.create(
-        run=run,
+    return run_services.run_input_record_locked(
+        run,
         interrupt_id=wait.interrupt_id,
         # A space: no client's Idempotency-Key can take this receipt's key.
         idempotency_key=f"business event {event.pk}",
@@ -674,7 +665,7 @@ def plans_reconcile_due() -> int:
         .filter(
             Exists(
                 BusinessEvent.objects.filter(
-                    run_id=OuterRef("pk"), pk__gt=OuterRef("business_cursor")
+                    run_id=OuterRef("pk"), pk__gt=OuterRef("domain_event_cursor")
                 )
             )
         )

@@ -247,10 +247,9 @@ def approval_execute(
         ).update(status=ApprovalStatus.EXECUTED, executed_args=executed_args, result=result)
         if moved != 1:
             raise transaction.TransactionManagementError("approval changed under its lock")
-        ToolExecution.objects.create(
-            run_id=run.pk,
+        run_services.tool_execution_record_locked(
+            run,
             step=step,
-            index=int(context.idempotency_key.rsplit(":", 1)[1]),
             idempotency_key=context.idempotency_key,
             tool=tool.name,
             args=executed_args,

@@ -76,7 +76,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         "state_snapshot",
         "wait_state",
         "wait_deadline_at",
-        "business_cursor",
+        "domain_event_cursor",
         "release_snapshot",
         "created_at",
         "updated_at",

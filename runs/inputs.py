@@ -167,8 +167,8 @@ def input_resume_locked(
 ) -> RunInput:
     """Store the answer's receipt and put the run back in the queue, in one transaction.
     Call holding the run's lock, after checking that the answer fits the wait."""
-    receipt = RunInput.objects.create(
-        run=run,
+    receipt = services.run_input_record_locked(
+        run,
         interrupt_id=wait.interrupt_id,
         idempotency_scope=idempotency_scope,
         idempotency_key=idempotency_key,

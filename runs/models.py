@@ -130,11 +130,13 @@ class AgentRun(models.Model):
     graph_version = models.CharField(max_length=64)
     release_snapshot = models.JSONField(default=dict)
     state_snapshot = models.JSONField(null=True, blank=True)
-    # What a run waiting for a person other than a tool-call approver waits for (runs.snapshot
-    # WaitState): a clarification, a plan's confirmation or its review.
+    # What a run waiting for people waits for, unless its interrupt keeps that itself (a
+    # tool-call approval keeps the state snapshot): a runs.snapshot.WaitState of a registered
+    # wait kind.
     wait_state = models.JSONField(null=True, blank=True)
-    # The last business event (a domain record) this run has applied; reconcile reads after it.
-    business_cursor = models.PositiveBigIntegerField(default=0)
+    # The id of the last of the domain's events about this run that it has applied (the domain
+    # keeps the events; runs.services.run_event_cursor_move_locked moves this).
+    domain_event_cursor = models.PositiveBigIntegerField(default=0)
     # Bumped on every change a client can see; inputs name it to refuse stale writes.
     version = models.PositiveIntegerField(default=1)
     lease_token = models.PositiveIntegerField(default=0)

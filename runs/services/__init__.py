@@ -14,6 +14,7 @@ By concern:
 - leases and steps: what a worker holds, and the guarded commit of its runs' steps;
 - parking: runs a worker gives up, and leases renewed during slow calls;
 - maintenance: the once-a-minute sweeps and the heartbeat;
+- records: rows a domain writes on a run's behalf (receipts, tool results, its event cursor);
 - statements: the hand-written SQL of the hot path and its ORM twins.
 """
 
@@ -58,6 +59,11 @@ from runs.services.queueing import (
     run_insert_locked,
     tick_enqueue,
 )
+from runs.services.records import (
+    run_event_cursor_move_locked,
+    run_input_record_locked,
+    tool_execution_record_locked,
+)
 from runs.services.scheduling import runs_claim
 from runs.services.steps import (
     StepCommit,
@@ -88,9 +94,11 @@ __all__ = [
     "request_hash",
     "run_cancel",
     "run_changes_write",
+    "run_event_cursor_move_locked",
     "run_fail_access_revoked",
     "run_fail_locked",
     "run_finish_locked",
+    "run_input_record_locked",
     "run_insert_locked",
     "run_lock",
     "run_park",
@@ -105,6 +113,7 @@ __all__ = [
     "runs_step_commit",
     "tick_enqueue",
     "ticks_for_queued",
+    "tool_execution_record_locked",
     "wait_fields",
     "waits_expire",
 ]

@@ -82,7 +82,7 @@ def test_tool_graph_creates_one_proposal_on_replay(demo):
     assert BusinessEvent.objects.filter(run=run, kind="proposed").count() == 1
     assert RunEvent.objects.filter(run=run, type="plan.proposed").count() == 1
     run.refresh_from_db()
-    assert run.business_cursor == BusinessEvent.objects.get(run=run).pk
+    assert run.domain_event_cursor == BusinessEvent.objects.get(run=run).pk
 
 
 def test_a_graph_without_business_waits_creates_one_proposal_on_replay(demo):

@@ -159,7 +159,7 @@ class PlanMachine(RuleBasedStateMachine):
         run = AgentRun.objects.get(pk=self.run.pk)
         ticket = Ticket.objects.get(pk=self.ticket.pk)
         last_event = BusinessEvent.objects.filter(run=run).order_by("-pk").first()
-        if run.business_cursor != last_event.pk or run.is_finished:
+        if run.domain_event_cursor != last_event.pk or run.is_finished:
             return
         expected = {
             TicketStatus.WAITING_CONFIRMATION: (RunStatus.WAITING_USER, "confirmation"),

@@ -504,8 +504,8 @@ class Command(BaseCommand):
                     BusinessEvent.objects.filter(ticket__in=ticket_rows).values_list("run_id", "pk")
                 )
             for run in run_rows:
-                run.business_cursor = cursors[run.pk]
-            AgentRun.objects.bulk_update(run_rows, ["business_cursor"])
+                run.domain_event_cursor = cursors[run.pk]
+            AgentRun.objects.bulk_update(run_rows, ["domain_event_cursor"])
 
     def _start_portal(self, workers: int) -> tuple[int, subprocess.Popen]:
         port = _free_port()

@@ -17,7 +17,11 @@ class ApprovalsConfig(AppConfig):
         )
         # The previous version: a proposal is created and the run completes with it, no wait.
         graph_release_register(
-            GraphRelease(version="after-sales-v9", system_prompt=SYSTEM_PROMPT, business_wait=False)
+            GraphRelease(
+                version="after-sales-v9",
+                system_prompt=SYSTEM_PROMPT,
+                switches={plans.PLANS_WAIT: False},
+            )
         )
         extensions.interrupt_register(services.APPROVAL_INTERRUPT)
         extensions.interrupt_register(plans.PLAN_INTERRUPT)

@@ -65,6 +65,11 @@ def proposal_summary(items: list[dict[str, Any]]) -> str:
     )
 
 
+# The switch of a graph version: whether a proposed plan waits for people (on unless a version
+# says otherwise) or is only recorded while the run goes on.
+PLANS_WAIT = "plans_wait"
+
+
 # --- the worker's side ----------------------------------------------------------------------
 
 
@@ -171,11 +176,11 @@ def _ticket_insert(
 def plan_interrupt(
     *, run: AgentRun, lease: Lease, tool: Tool, args: BaseModel, key: str
 ) -> StepCommit | ToolOutcome:
-    """The handler of the `business_wait` policy: propose a plan and wait, or report how it
+    """PLAN_INTERRUPT's pause: propose a plan and wait, or report how it
     ended. Idempotent by the call's key: a replayed step finds its ticket, never a second."""
     arguments = args.model_dump(mode="json")
     ticket = Ticket.objects.filter(tool_execution_key=key).first()
-    waits = GRAPH_RELEASES[run.graph_version].business_wait
+    waits = GRAPH_RELEASES[run.graph_version].switch(PLANS_WAIT)
     if ticket is None:
         order = selectors.order_for_customer(
             merchant_id=run.merchant_id, customer_id=run.account_id, number=arguments["order_id"]

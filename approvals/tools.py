@@ -238,6 +238,10 @@ def create_followup_request(args: FollowupArgs, context: ToolContext) -> dict[st
 
 
 def register() -> None:
+    # Imported here: both modules build on this one's argument models and rules.
+    from approvals.plans import PLAN_INTERRUPT
+    from approvals.services import APPROVAL_INTERRUPT
+
     for tool in (
         Tool(
             name="lookup_order",
@@ -264,7 +268,7 @@ def register() -> None:
             name="issue_refund",
             description="Refund an amount of an order to the customer. A supervisor approves.",
             args_model=IssueRefundArgs,
-            policy=Policy.APPROVAL,
+            policy=APPROVAL_INTERRUPT.policy,
             executor=issue_refund,
         ),
         Tool(
@@ -280,7 +284,7 @@ def register() -> None:
                 "supervisor approves it before anything is exchanged."
             ),
             args_model=ExchangeProposalArgs,
-            policy=Policy.BUSINESS_WAIT,
+            policy=PLAN_INTERRUPT.policy,
         ),
         Tool(
             name="create_followup_request",

@@ -17,7 +17,7 @@ from runs.extensions import Interrupt, WaitKind, wait_kind
 from runs.models import AgentRun, ErrorCode, Node, RunInput, RunStatus, ToolStatus
 from runs.services import Lease, StepCommit
 from runs.snapshot import SnapshotError, WaitState, interrupt_id_for, wait_parse
-from runs.tools import Tool
+from runs.tools import Policy, Tool
 from runs.worker import ToolOutcome
 
 
@@ -234,5 +234,5 @@ def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
 
 
 CLARIFICATION_INTERRUPT = Interrupt(
-    policy="clarification", pause=clarification_interrupt, kinds=(CLARIFICATION,)
+    policy=Policy.CLARIFICATION, pause=clarification_interrupt, kinds=(CLARIFICATION,)
 )

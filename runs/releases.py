@@ -1,6 +1,7 @@
 """Graph versions the code can execute, and the release manifest a merchant publishes."""
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -18,9 +19,13 @@ class GraphRelease:
     version: str
     system_prompt: str = ""
     default: bool = False
-    clarification: bool = True
-    business_wait: bool = True
-    followup: bool = True
+    # Tool policies this version has no node or interrupt for: their tools are not offered.
+    without_policies: frozenset[str] = frozenset()
+    # The domain's own switches, read by its handlers; an unnamed switch is on.
+    switches: Mapping[str, bool] = field(default_factory=dict)
+
+    def switch(self, name: str) -> bool:
+        return self.switches.get(name, True)
 
 
 GRAPH_RELEASES: dict[str, GraphRelease] = {}

@@ -19,9 +19,7 @@ class Policy:
 
     AUTO = "auto"
     FOLLOWUP = "followup"
-    APPROVAL = "approval"
     CLARIFICATION = "clarification"
-    BUSINESS_WAIT = "business_wait"
 
 
 def policy_known(policy: str) -> bool:
@@ -69,7 +67,7 @@ class Tool:
     description: str
     args_model: type[BaseModel]
     policy: str
-    # None for tools whose handler does the work (a clarification, a plan).
+    # None for tools whose interrupt does the work (a clarification).
     executor: Callable[[BaseModel, ToolContext], dict[str, Any]] | None = None
     # Blocking tools run in a thread while the worker polls for cancellation.
     blocking: bool = False
@@ -101,15 +99,11 @@ def tool_register(tool: Tool) -> None:
 
 def tools_declared(release_snapshot: dict) -> dict[str, Tool]:
     """The tools a run may see and execute: those its release declares that the code has, and
-    that its graph version has the node for (clarifications, follow-ups)."""
+    whose policy its graph version has a node or an interrupt for."""
     from runs.releases import GRAPH_RELEASES
 
     graph = GRAPH_RELEASES.get(release_snapshot.get("graph_version", ""))
-    switched_off = set()
-    if graph is not None and not graph.clarification:
-        switched_off.add(Policy.CLARIFICATION)
-    if graph is not None and not graph.followup:
-        switched_off.add(Policy.FOLLOWUP)
+    switched_off = graph.without_policies if graph is not None else frozenset()
     declared = {}
     for entry in release_snapshot.get("manifest", {}).get("tools", []):
         tool = TOOLS.get(entry["name"])

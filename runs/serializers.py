@@ -21,8 +21,10 @@ class PendingSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
 
     def get_fields(self):
-        fields = super().get_fields()
+        declared = super().get_fields()
+        fields = {"interrupt_id": declared.pop("interrupt_id")}
         fields["kind"] = serializers.ChoiceField(extensions.pending_kind_names())
+        fields.update(declared)
         for kind in extensions.wait_kinds():
             for name, make in kind.pending_fields.items():
                 fields[name] = make()

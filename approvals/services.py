@@ -82,7 +82,7 @@ def approval_interrupt(
 ) -> StepCommit | ToolOutcome:
     """The tools node met a call that needs approval: pause for it, or act on its decision.
 
-    Registered as the runtime's handler for the `approval` policy.
+    The pause of APPROVAL_INTERRUPT (the `approval` policy).
     """
     interrupt_id = interrupt_id_for(key)
     call = None

@@ -167,9 +167,9 @@ def _cancel_active_locked(conversation: Conversation, reason: str) -> AgentRun |
     run = locks.run_lock_in_conversation(conversation.active_run_id)
     if run.is_finished:
         return None
-    plan = services.RunChange(run)
-    plan.finish(RunStatus.CANCELLED, ("run.cancelled", {"reason": reason}))
-    services.run_finish_locked(run, plan)
+    change = services.RunChange(run)
+    change.finish(RunStatus.CANCELLED, ("run.cancelled", {"reason": reason}))
+    services.run_finish_locked(run, change)
     conversation.refresh_from_db(fields=["active_run"])
     return run
 

@@ -144,6 +144,8 @@ def sweep_register(name: str, sweep: Callable[[], int]) -> None:
 
 def run_end_register(hook: Callable[["AgentRun", str], None]) -> None:
     """Called with every run that ends and its status before, holding its lock."""
+    if hook in _registry.run_end_hooks:
+        raise ExtensionError(f"the run-end hook {hook!r} is registered already")
     _registry.run_end_hooks.append(hook)
 
 

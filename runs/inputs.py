@@ -59,7 +59,7 @@ def wait_pause(
 def clarification_interrupt(
     *, run: AgentRun, lease: Lease, tool: Tool, args: BaseModel, key: str
 ) -> StepCommit | ToolOutcome:
-    """The runtime's handler for the `clarification` policy: ask, or use the answer."""
+    """The pause of CLARIFICATION_INTERRUPT: ask, or use the answer."""
     arguments = args.model_dump(mode="json")
     interrupt_id = interrupt_id_for(key)
     answer = RunInput.objects.filter(run_id=run.pk, interrupt_id=interrupt_id).first()
@@ -226,7 +226,7 @@ def _wait_answerable(run: AgentRun, request: InputRequest) -> WaitState:
     if kind is None or not kind.answers_inputs:
         raise errors.NotWaiting(
             kind.input_refusal if kind else "The run is not waiting for an input.",
-            **wait.payload.model_dump(mode="json"),
+            **{name: getattr(wait.payload, name) for name in kind.pending_fields},
         )
     if wait.interrupt_id != request.interrupt_id:
         raise errors.InterruptMismatch("That is not what this run is waiting for.")

@@ -262,7 +262,7 @@ class ToolExecution(models.Model):
 
 
 class RunInput(models.Model):
-    """The receipt of what resumed a waiting run: a customer's answer, or a business event.
+    """The receipt of what resumed a waiting run: a customer's answer, or a domain's event.
 
     One per (run, principal's key) and one per (run, interrupt): a retried or concurrent
     input finds the first one's receipt, and no wait is answered twice.
@@ -277,7 +277,7 @@ class RunInput(models.Model):
     kind = models.CharField(max_length=20)
     payload = models.JSONField(default=dict)
     request_hash = models.CharField(max_length=64, blank=True)
-    # The business event (approvals.BusinessEvent) that resumed the run, if one did.
+    # The domain's event that resumed the run, if one did (see domain_event_cursor).
     source_event_id = models.PositiveBigIntegerField(null=True, blank=True)
     created_by = models.CharField(max_length=160, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -32,6 +32,8 @@ GRAPH_RELEASES: dict[str, GraphRelease] = {}
 
 
 def graph_release_register(release: GraphRelease) -> None:
+    if release.version in GRAPH_RELEASES:
+        raise extensions.ExtensionError(f"graph version {release.version} is registered already")
     if release.default and any(other.default for other in GRAPH_RELEASES.values()):
         raise ValueError(f"{release.version}: a default graph version is registered already")
     GRAPH_RELEASES[release.version] = release

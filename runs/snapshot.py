@@ -1,5 +1,6 @@
 """The typed state of a waiting run: state_snapshot v2, the strict, versioned record of its
-pending tool call (DESIGN 6.1), and the wait state of a clarification or a plan (6.2, 6.3)."""
+pending tool call (DESIGN 6.1), and the wait state of any other wait, its payload validated by
+the wait kind a domain registered (runs.extensions)."""
 
 import hashlib
 import json

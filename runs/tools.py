@@ -10,7 +10,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from runs.extensions import interrupt_for
+from runs.extensions import ExtensionError, interrupt_for
 
 
 class Policy:
@@ -92,6 +92,8 @@ TOOLS: dict[str, Tool] = {}
 
 
 def tool_register(tool: Tool) -> None:
+    if tool.name in TOOLS:
+        raise ExtensionError(f"the tool {tool.name!r} is registered already")
     if not policy_known(tool.policy):
         raise ValueError(f"unknown policy {tool.policy!r} for {tool.name}")
     TOOLS[tool.name] = tool

@@ -8,7 +8,7 @@ CORE = ("interrupt_id", "kind", "tool_name", "tool_key", "tool_args")
 
 def nest(apps, schema_editor):
     AgentRun = apps.get_model("runs", "AgentRun")
-    for run in AgentRun.objects.exclude(wait_state=None).only("pk", "wait_state").iterator():
+    for run in AgentRun.objects.filter(wait_state__isnull=False).only("pk", "wait_state").iterator():
         state = run.wait_state
         if not isinstance(state, dict) or "payload" in state:
             continue
@@ -19,7 +19,7 @@ def nest(apps, schema_editor):
 
 def flatten(apps, schema_editor):
     AgentRun = apps.get_model("runs", "AgentRun")
-    for run in AgentRun.objects.exclude(wait_state=None).only("pk", "wait_state").iterator():
+    for run in AgentRun.objects.filter(wait_state__isnull=False).only("pk", "wait_state").iterator():
         state = run.wait_state
         if not isinstance(state, dict) or not isinstance(state.get("payload"), dict):
             continue

@@ -182,8 +182,8 @@ def wait_fields(run: AgentRun, *, status: str, wait: WaitState) -> dict[str, Any
 def run_wait_move_locked(
     run: AgentRun, *, status: str, wait: WaitState, events: list[tuple[str, dict]]
 ) -> None:
-    """A waiting run now waits for something else (a confirmed plan for its review, a revised
-    plan for a new confirmation). Call holding the run's lock, inside the transaction."""
+    """A waiting run now waits for something else (the next stage of the same wait, say).
+    Call holding the run's lock, inside the transaction."""
     now = timezone.now()
     change = RunChange(run)
     change.fields.update(wait_fields(run, status=status, wait=wait))
@@ -219,8 +219,8 @@ def _wait_due(run: AgentRun) -> bool:
 def run_wait_expire_locked(run: AgentRun) -> bool:
     """Fail a run whose wait is past its deadline; False if it is not (or no longer) due.
 
-    The domain's hooks first settle what was decided in time but not applied yet (a plan
-    approved before the deadline whose reconcile task is late): a late task only delays.
+    The interrupts' before_wait_expiry first apply what was decided in time but not applied
+    yet (a decision whose task is late): a late task only delays.
     Call holding the run's lock, inside the transaction.
     """
     if not _wait_due(run):

@@ -61,7 +61,7 @@ def deadlines_enforce() -> int:
 
 
 def waits_expire() -> int:
-    """Fail runs whose clarification or plan nobody answered in time (WAIT_EXPIRED)."""
+    """Fail runs whose wait nobody answered in time (WAIT_EXPIRED)."""
     failed = 0
     due = AgentRun.objects.filter(
         status__in=WAITING_STATUSES, wait_deadline_at__lte=timezone.now()

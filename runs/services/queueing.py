@@ -87,7 +87,8 @@ def release_save(*, release: AgentRelease) -> AgentRelease:
 
 
 def _replay(*, scope: str, key: str, payload_hash: str) -> AgentRun | None:
-    """The run an earlier request with this Idempotency-Key created; 422 for another body."""
+    """The run an earlier request with this Idempotency-Key created; IdempotencyKeyReused for
+    another body."""
     run = AgentRun.objects.filter(idempotency_scope=scope, idempotency_key=key).first()
     if run is not None and run.request_hash != payload_hash:
         raise errors.IdempotencyKeyReused(
@@ -147,7 +148,8 @@ def queue_run(
 
 
 def membership_lock(*, merchant: Merchant, account) -> Membership:
-    """Lock the account's membership (first in the lock order); 403 when it has none."""
+    """Lock the account's membership (after its Merchant in the lock order); NotAllowed when
+    it has none."""
     membership = locks.membership_lock(merchant=merchant, account=account)
     if membership is None:
         raise errors.NotAllowed("The account is not a member of this shop.")
@@ -155,8 +157,8 @@ def membership_lock(*, merchant: Merchant, account) -> Membership:
 
 
 def open_runs_check(*, merchant: Merchant, account) -> None:
-    """429 when the account has its limit of unfinished runs. Call holding its Membership
-    lock, so that racing requests cannot both pass."""
+    """TooManyOpenRuns when the account has its limit of unfinished runs. Call holding its
+    Membership lock, so that racing requests cannot both pass."""
     open_runs = AgentRun.objects.filter(
         merchant=merchant, account=account, status__in=ACTIVE_STATUSES
     ).count()

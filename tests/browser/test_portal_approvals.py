@@ -3,7 +3,7 @@
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.models import Approval, ApprovalStatus
+from approvals.models import Approval, ApprovalStatus, Refund
 from runs import worker
 from tests import factories
 from tests.browser.conftest import screenshot
@@ -102,3 +102,24 @@ def test_another_shops_supervisor_cannot_open_the_call(demo, signed_in, live_ser
     oscar = signed_in("oscar")
     response = oscar.goto(f"{live_server.url}/portal/approvals/{approval.interrupt_id}/")
     assert response.status == 404
+
+
+def test_enter_in_the_reason_rejects_and_never_approves(demo, signed_in):
+    # given a pending refund open on the approval page
+    approval = _pending(demo)
+    sam = signed_in("sam")
+    sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
+
+    # when sam types a reason and presses Enter in its field
+    sam.fill("#reason", "the parcel came back unopened")
+    sam.press("#reason", "Enter")
+    sam.wait_for_selector(".messages")
+
+    # then the call is rejected with that reason, and nothing was paid
+    approval.refresh_from_db()
+    assert (approval.status, approval.reason) == (
+        ApprovalStatus.REJECTED,
+        "the parcel came back unopened",
+    )
+    assert not Refund.objects.exists()
+    assert "Rejected" in sam.inner_text(".messages")

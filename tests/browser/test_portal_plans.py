@@ -4,9 +4,10 @@ supervisor finds it in the live inbox and approves, and the customer reads the a
 import pytest
 
 from approvals import plans
-from approvals.models import Ticket, TicketStatus
+from approvals.models import BusinessEvent, Confirmation, PlanReview, Ticket, TicketStatus
 from runs import worker
 from runs.models import AgentRun, RunStatus
+from tests.approvals.plan_helpers import exchange_run
 from tests.browser.conftest import screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,3 +49,51 @@ def test_plan_confirmed_by_the_customer_and_approved_by_a_supervisor(demo, signe
     assert run.status == RunStatus.COMPLETED
     alice.goto(f"{live_server.url}/portal/chat/")
     assert "approved" in alice.inner_text(".answer")
+
+
+def _plan_page(demo, page, live_server) -> Ticket:
+    run = exchange_run(demo, "I want to exchange the shoes from order ORD-1002 for size 43")
+    ticket = Ticket.objects.get(run=run)
+    page.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
+    return ticket
+
+
+def test_enter_in_the_customers_change_request_asks_for_changes(demo, signed_in, live_server):
+    # given alice's plan waits for her confirmation
+    alice = signed_in("alice")
+    ticket = _plan_page(demo, alice, live_server)
+
+    # when she writes what should change and presses Enter in that field
+    alice.fill("#changes-note", "Actually I need size 45")
+    alice.press("#changes-note", "Enter")
+    alice.wait_for_selector(".messages")
+
+    # then she asked for changes, with her note, and confirmed nothing
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.NEEDS_REVISION
+    assert not Confirmation.objects.filter(ticket=ticket).exists()
+    event = BusinessEvent.objects.filter(ticket=ticket).latest("pk")
+    assert event.data.get("note") == "Actually I need size 45"
+    screenshot(alice, "plan-changes-requested")
+
+
+def test_enter_in_the_supervisors_rejection_note_rejects(demo, signed_in, live_server, api):
+    # given a confirmed plan waiting for sam's review
+    alice = signed_in("alice")
+    ticket = _plan_page(demo, alice, live_server)
+    alice.click("button[value=confirm]")
+    alice.wait_for_selector(".messages")
+    plans.plan_reconcile(run_id=ticket.run_id)
+    sam = signed_in("sam")
+    sam.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
+
+    # when sam writes why he rejects it and presses Enter in that field
+    sam.fill("#reject-note", "size 43 is sold out")
+    sam.press("#reject-note", "Enter")
+    sam.wait_for_selector(".messages")
+
+    # then the plan is rejected with his note, never approved
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.REJECTED
+    assert PlanReview.objects.get(ticket=ticket).note == "size 43 is sold out"
+    screenshot(sam, "plan-rejected-by-enter")

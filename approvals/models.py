@@ -85,6 +85,16 @@ class ApprovalStatus(models.TextChoices):
     CANCELLED = "CANCELLED"
 
 
+class CancelCause(models.TextChoices):
+    """Why a call or a plan was closed without being carried out: its run ended first."""
+
+    RUN_CANCELLED = "run_cancelled"
+    APPROVER_REVOKED = "approver_revoked"
+    APPROVAL_MISMATCH = "approval_mismatch"
+    RUN_FAILED = "run_failed"
+    SNAPSHOT_INVALID = "snapshot_invalid"
+
+
 class Decision(models.TextChoices):
     APPROVE = "approve"
     REJECT = "reject"
@@ -125,6 +135,8 @@ class Approval(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField()
+    # Why it was CANCELLED: its run ended before the call executed.
+    cancel_cause = models.CharField(max_length=20, choices=CancelCause.choices, blank=True)
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -317,6 +329,7 @@ class BusinessEventKind(models.TextChoices):
     REVISED = "revised"
     APPROVED = "approved"
     REJECTED = "rejected"
+    CANCELLED = "cancelled"
 
 
 class BusinessEvent(models.Model):

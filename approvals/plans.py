@@ -39,13 +39,13 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
-from approvals.services import decider_still_allowed
+from approvals.services import decider_still_allowed, run_end_cause
 from approvals.tools import ExchangeItems, exchange_items_problem
 from runs import services as run_services
 from runs.extensions import Interrupt, WaitKind
 from runs.inputs import wait_pause
 from runs.locks import run_lock
-from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolStatus
+from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolExecution, ToolStatus
 from runs.releases import GRAPH_RELEASES
 from runs.services import WAITING_STATUSES, Lease, StepCommit
 from runs.snapshot import SnapshotError, WaitState, interrupt_id_for, wait_parse
@@ -261,13 +261,58 @@ def _pause_for_new_plan(
     )
 
 
-def plans_on_run_finish(run: AgentRun, previous_status: str) -> None:
-    """A run that ends while it waits on a plan cancels the plan. Called by the runtime
-    holding the run's lock."""
-    if previous_status in WAITING_STATUSES and run.wait_state:
-        Ticket.objects.filter(run_id=run.pk, status__in=TICKET_OPEN_STATUSES).update(
-            status=TicketStatus.CANCELLED, updated_at=timezone.now()
+def plans_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str, dict]]:
+    """A run that ends without completing cancels its plans not yet carried out (waiting,
+    needing a revision, or approved while the run had not yet taken the approval in): each
+    becomes CANCELLED with a `cancelled` BusinessEvent naming the cause and a `plan.cancelled`
+    run event, in the transaction that ends the run.
+
+    Called by the runtime holding the run's lock (Tickets come after it in the lock order).
+    """
+    if run.status == RunStatus.COMPLETED:
+        return []
+    tickets = list(
+        Ticket.objects.filter(
+            run_id=run.pk, status__in=[*TICKET_OPEN_STATUSES, TicketStatus.APPROVED]
         )
+        .exclude(
+            Exists(ToolExecution.objects.filter(idempotency_key=OuterRef("tool_execution_key")))
+        )
+        .order_by("pk")
+    )
+    if not tickets:
+        return []
+    cause = run_end_cause(run)
+    now = timezone.now()
+    events = []
+    for ticket in tickets:
+        moved = Ticket.objects.filter(pk=ticket.pk, status=ticket.status).update(
+            status=TicketStatus.CANCELLED, updated_at=now
+        )
+        if not moved:
+            continue
+        BusinessEvent.objects.create(
+            merchant_id=ticket.merchant_id,
+            ticket=ticket,
+            run_id=run.pk,
+            kind=BusinessEventKind.CANCELLED,
+            proposal_version=ticket.version,
+            actor="agent",
+            data={"cause": cause, "was": ticket.status},
+        )
+        events.append(
+            (
+                "plan.cancelled",
+                {
+                    "ticket_id": str(ticket.pk),
+                    "was": ticket.status,
+                    "cause": cause,
+                    "notice": "The exchange plan was cancelled with the request; nothing will "
+                    "change.",
+                },
+            )
+        )
+    return events
 
 
 # --- ticket commands --------------------------------------------------------------------------
@@ -638,10 +683,6 @@ def _review_apply(run: AgentRun, wait: WaitState, event: BusinessEvent, details:
             code=ErrorCode.APPROVER_REVOKED,
             detail=f"{event.actor} no longer holds a deciding role.",
         )
-        # Nothing may act on an approval its run refused: the plan ends with its run.
-        Ticket.objects.filter(pk=event.ticket_id, status=TicketStatus.APPROVED).update(
-            status=TicketStatus.CANCELLED, updated_at=timezone.now()
-        )
         return
     _receipt(run, wait, event)
     name = "plan.approved" if event.kind == BusinessEventKind.APPROVED else "plan.rejected"
@@ -684,5 +725,5 @@ PLAN_INTERRUPT = Interrupt(
     pause=plan_interrupt,
     kinds=(CONFIRMATION, PLAN_REVIEW),
     before_wait_expiry=plan_events_apply_locked,
-    on_run_end=plans_on_run_finish,
+    on_run_end=plans_on_run_end,
 )

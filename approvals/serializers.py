@@ -2,7 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentportal.serializers import StrictCharField, StrictIntegerField, StrictSerializer
-from approvals.models import Approval, Decision, PlanDecision, Ticket, TicketStatus
+from approvals.models import Approval, CancelCause, Decision, PlanDecision, Ticket, TicketStatus
 from runs.serializers import RunSerializer
 
 
@@ -28,6 +28,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
     decision = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()
     decided_by = serializers.SerializerMethodField()
+    cancel_cause = serializers.SerializerMethodField()
 
     class Meta:
         model = Approval
@@ -45,6 +46,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "decided_by",
             "decided_at",
             "expires_at",
+            "cancel_cause",
             "result",
             "created_at",
         ]
@@ -56,6 +58,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.ChoiceField(Decision.choices, allow_null=True))
     def get_decision(self, approval: Approval) -> str | None:
         return approval.decision or None
+
+    @extend_schema_field(serializers.ChoiceField(CancelCause.choices, allow_null=True))
+    def get_cancel_cause(self, approval: Approval) -> str | None:
+        return approval.cancel_cause or None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_reason(self, approval: Approval) -> str | None:

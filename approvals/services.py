@@ -22,12 +22,12 @@ from agentportal.principals import Principal
 from agentportal.problems import iso_z, pydantic_errors
 from agentportal.selectors import principal_for_user, supervisor_memberships
 from approvals import locks, notifications
-from approvals.models import Approval, ApprovalStatus, Decision
+from approvals.models import Approval, ApprovalStatus, CancelCause, Decision
 from runs import services as run_services
 from runs.extensions import Interrupt, WaitKind
 from runs.locks import run_lock
-from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
-from runs.services import Lease, StepCommit
+from runs.models import AgentRun, ErrorCode, Node, RunEvent, RunStatus, ToolExecution, ToolStatus
+from runs.services import Lease, LostRun, StepCommit
 from runs.snapshot import (
     CallStatus,
     PendingToolCall,
@@ -97,7 +97,7 @@ def approval_interrupt(
     if call is None:
         return _pause(run=run, tool=tool, args=args, key=key, interrupt_id=interrupt_id)
     if call.status == CallStatus.APPROVED_EXECUTING:
-        return _execute_approved(run=run, tool=tool, call=call, key=key)
+        return _execute_approved(run=run, lease=lease, tool=tool, call=call, key=key)
     approval = Approval.objects.get(interrupt_id=interrupt_id)
     outcome = {
         CallStatus.REJECTED: {"status": "rejected", "reason": approval.reason},
@@ -181,7 +181,7 @@ def approver_still_allowed(approval: Approval) -> bool:
     )
 
 
-def _execute_approved(*, run: AgentRun, tool: Tool, call: PendingToolCall, key: str):
+def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingToolCall, key: str):
     approval = Approval.objects.select_related("decided_by", "merchant").get(
         interrupt_id=call.interrupt_id
     )
@@ -217,20 +217,30 @@ def _execute_approved(*, run: AgentRun, tool: Tool, call: PendingToolCall, key: 
         cancel=CancellationToken(),
     )
     status, result = approval_execute(
-        approval=approval, tool=tool, args=validated, context=context, step=run.step
+        approval=approval, lease=lease, tool=tool, args=validated, context=context, step=run.step
     )
     return ToolOutcome(status, call.tool_args, result, recorded=True)
 
 
 def approval_execute(
-    *, approval: Approval, tool: Tool, args: BaseModel, context: ToolContext, step: int
+    *,
+    approval: Approval,
+    lease: Lease,
+    tool: Tool,
+    args: BaseModel,
+    context: ToolContext,
+    step: int,
 ) -> tuple[str, dict[str, Any]]:
     """Run an approved call: the side effect, EXECUTED and the ToolExecution commit together,
-    whatever happened to the run meanwhile (a cancelled run stays cancelled; these rows are the
-    record that the side effect happened). Safe to call twice: the second call changes nothing.
+    in a transaction that first proves, under the run's lock, that the worker still holds the
+    run. Once a cancel, /stop or takeover has committed, its run-end closed the call and this
+    raises LostRun: no side effect happens for that run, ever. Safe to call twice: the second
+    call changes nothing.
     """
     with transaction.atomic():
         run = run_lock(approval.run_id)
+        if not run_services.lease_holds(run, lease):
+            raise LostRun(f"run {run.pk} is no longer held: its approved call is not executed")
         approval = locks.approval_lock(pk=approval.pk)
         done = ToolExecution.objects.filter(idempotency_key=context.idempotency_key).first()
         if done is not None:
@@ -493,24 +503,105 @@ def approvals_expire_due() -> int:
     return sum(approval_expire(approval=approval) for approval in due[:500])
 
 
-def approvals_on_run_finish(run: AgentRun, previous_status: str) -> None:
-    """A run that ends while its call is pending closes the call, so no dead item stays in an
-    inbox. Called by the runtime holding the run's lock."""
-    if previous_status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
-        return
-    try:
-        snapshot = snapshot_parse(run.state_snapshot)
-    except SnapshotError:
-        return
-    call = snapshot.pending_tool_call
-    if call.status != CallStatus.PENDING_APPROVAL:
-        return
-    Approval.objects.filter(
-        interrupt_id=call.interrupt_id, status=ApprovalStatus.PENDING_APPROVAL
-    ).update(status=ApprovalStatus.CANCELLED, updated_at=timezone.now())
-    run_services.run_snapshot_save_locked(
-        run, state_snapshot=_snapshot(run, _call_moved(call, CallStatus.CANCELLED))
+OPEN_APPROVAL_STATUSES = (ApprovalStatus.PENDING_APPROVAL, ApprovalStatus.APPROVED_EXECUTING)
+
+
+def run_end_cause(run: AgentRun) -> str:
+    """Why a run that ended without completing closed what it owned."""
+    if run.status == RunStatus.CANCELLED:
+        return CancelCause.RUN_CANCELLED
+    return {
+        ErrorCode.APPROVER_REVOKED: CancelCause.APPROVER_REVOKED,
+        ErrorCode.APPROVAL_MISMATCH: CancelCause.APPROVAL_MISMATCH,
+    }.get(run.error_code, CancelCause.RUN_FAILED)
+
+
+def approvals_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str, dict]]:
+    """A run that ends without completing closes every call of its own that has not executed,
+    pending or approved: CANCELLED with the cause, an event each, in the transaction that ends
+    the run. So no dead item stays in an inbox, and an approved call whose run was stopped is
+    never executed (approval_execute proves the run is still held). A damaged snapshot does
+    not keep a call open: it is closed with the cause `snapshot_invalid`.
+
+    Called by the runtime holding the run's lock.
+    """
+    if run.status == RunStatus.COMPLETED:
+        return []
+    calls = list(
+        Approval.objects.filter(
+            run_id=run.pk, status__in=[*OPEN_APPROVAL_STATUSES, ApprovalStatus.EXECUTED]
+        ).order_by("pk")
     )
+    open_calls = [call for call in calls if call.status in OPEN_APPROVAL_STATUSES]
+    events = _executed_unreported(run, [call for call in calls if call not in open_calls])
+    if not open_calls:
+        return events
+    cause = run_end_cause(run)
+    snapshot = None
+    if run.state_snapshot:
+        try:
+            snapshot = snapshot_parse(run.state_snapshot)
+        except SnapshotError:
+            cause = CancelCause.SNAPSHOT_INVALID
+    now = timezone.now()
+    for approval in open_calls:
+        moved = Approval.objects.filter(pk=approval.pk, status=approval.status).update(
+            status=ApprovalStatus.CANCELLED, cancel_cause=cause, updated_at=now
+        )
+        if moved:
+            events.append(("approval.cancelled", _cancelled_event(approval, cause)))
+    call = snapshot.pending_tool_call if snapshot is not None else None
+    if call is not None and call.status in (
+        CallStatus.PENDING_APPROVAL,
+        CallStatus.APPROVED_EXECUTING,
+    ):
+        run_services.run_snapshot_save_locked(
+            run, state_snapshot=_snapshot(run, _call_moved(call, CallStatus.CANCELLED))
+        )
+    return events
+
+
+def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[str, dict]]:
+    """Calls that executed before the run ended but whose result never reached the run's
+    timeline (the run was stopped between the two commits): say that they did happen."""
+    if not executed:
+        return []
+    reported = set(
+        RunEvent.objects.filter(run_id=run.pk, type="tool.result").values_list(
+            "data__key", flat=True
+        )
+    )
+    return [
+        (
+            "approval.executed",
+            {
+                "interrupt_id": approval.interrupt_id,
+                "tool_name": approval.tool_name,
+                "result": approval.result,
+                "notice": f"The {approval.tool_name.replace('_', ' ')} was carried out before "
+                "the request ended.",
+            },
+        )
+        for approval in executed
+        if approval.tool_execution_key not in reported
+    ]
+
+
+def _cancelled_event(approval: Approval, cause: str) -> dict[str, Any]:
+    what = approval.tool_name.replace("_", " ")
+    why = {
+        CancelCause.RUN_CANCELLED: "the request was stopped",
+        CancelCause.APPROVER_REVOKED: "the person who approved it may no longer decide",
+        CancelCause.APPROVAL_MISMATCH: "what was about to run was not what was approved",
+        CancelCause.SNAPSHOT_INVALID: "the request's stored state is damaged",
+    }.get(cause, "the request failed")
+    return {
+        "interrupt_id": approval.interrupt_id,
+        "tool_name": approval.tool_name,
+        "was": approval.status,
+        "cause": cause,
+        "notice": f"Nothing was done: the {what} was cancelled because {why}.",
+    }
 
 
 APPROVAL = WaitKind(name="approval", payload=None, status=RunStatus.WAITING_APPROVAL)
@@ -519,5 +610,5 @@ APPROVAL_INTERRUPT = Interrupt(
     pause=approval_interrupt,
     kinds=(APPROVAL,),
     pending=approval_pending,
-    on_run_end=approvals_on_run_finish,
+    on_run_end=approvals_on_run_end,
 )

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -184,8 +183,10 @@ def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
                     f"only {order.refundable} of {order.number} is left to refund, "
                     f"not {args.amount}"
                 )
+            # The new total computed here, in decimals: SQLite would add in floating point and
+            # the next refund's conditional UPDATE would no longer match the stored total.
             paid = Order.objects.filter(pk=order.pk, refunded=order.refunded).update(
-                refunded=F("refunded") + args.amount
+                refunded=order.refunded + args.amount
             )
             if paid != 1:
                 raise ToolError("the order changed meanwhile; try again")

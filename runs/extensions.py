@@ -35,6 +35,8 @@ PauseHandler = Callable[..., Any]
 # A step function gets the run and its lease and is a generator of StepCommits and SlowCalls
 # that returns the run (see runs.worker).
 StepFunction = Callable[..., Generator[Any, Any, Any]]
+# What a run-end hook reports: run events, as (type, data).
+RunEvents = list[tuple[str, dict[str, Any]]]
 # A script gets what the conversation says so far and the names of the tools declared to the
 # model; it returns the answer's text, or the (tool name, arguments) of the next call.
 Script = Callable[["Transcript", set[str]], "str | tuple[str, dict[str, Any]]"]
@@ -70,8 +72,10 @@ class Interrupt:
     in. `pending`: lists the run's pending items that are not kept in its wait state (an
     approval keeps its call in the state snapshot); waits kept in the wait state are listed by
     the runtime. `before_wait_expiry`: called, holding the run's lock, before a wait past its
-    deadline fails the run, to apply what was decided in time. `on_run_end`: called, holding
-    the run's lock inside the transaction that ends it, to close what the interrupt owns.
+    deadline fails the run, to apply what was decided in time. `on_run_end`: called with the
+    run and its status before, holding the run's lock inside the transaction that ends it
+    (every end, completion included), to close what the interrupt owns; it returns the
+    run events that say what became of those items (they go before the run's final event).
     """
 
     policy: str
@@ -79,7 +83,7 @@ class Interrupt:
     kinds: tuple[WaitKind, ...] = ()
     pending: Callable[["AgentRun"], list[dict[str, Any]]] | None = None
     before_wait_expiry: Callable[["AgentRun"], object] | None = None
-    on_run_end: Callable[["AgentRun", str], None] | None = None
+    on_run_end: Callable[["AgentRun", str], "RunEvents | None"] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class _Registry:
         self.nodes: dict[str, NodeKind] = {}
         self.scripts: dict[str, Script] = {}
         self.sweeps: dict[str, Callable[[], int]] = {}
-        self.run_end_hooks: list[Callable[[AgentRun, str], None]] = []
+        self.run_end_hooks: list[Callable[[AgentRun, str], RunEvents | None]] = []
 
 
 _registry = _Registry()
@@ -142,8 +146,9 @@ def sweep_register(name: str, sweep: Callable[[], int]) -> None:
     _registry.sweeps[name] = sweep
 
 
-def run_end_register(hook: Callable[["AgentRun", str], None]) -> None:
-    """Called with every run that ends and its status before, holding its lock."""
+def run_end_register(hook: Callable[["AgentRun", str], RunEvents | None]) -> None:
+    """Called with every run that ends and its status before, holding its lock; it may return
+    run events that say what the run's end did."""
     if hook in _registry.run_end_hooks:
         raise ExtensionError(f"the run-end hook {hook!r} is registered already")
     _registry.run_end_hooks.append(hook)
@@ -188,7 +193,7 @@ def sweeps() -> dict[str, Callable[[], int]]:
     return dict(_registry.sweeps)
 
 
-def run_end_hooks() -> list[Callable[["AgentRun", str], None]]:
+def run_end_hooks() -> list[Callable[["AgentRun", str], RunEvents | None]]:
     """What a run's end calls: the interrupts' `on_run_end`, then the other hooks."""
     hooks = [i.on_run_end for i in _registry.interrupts.values() if i.on_run_end is not None]
     return [*hooks, *_registry.run_end_hooks]

@@ -31,7 +31,8 @@ TRANSITIONS = {
         CallStatus.EXPIRED,
         CallStatus.CANCELLED,
     },
-    CallStatus.APPROVED_EXECUTING: {CallStatus.EXECUTED},
+    # Cancelled: its run ended before it executed (DESIGN 6.1's run-end rule).
+    CallStatus.APPROVED_EXECUTING: {CallStatus.EXECUTED, CallStatus.CANCELLED},
 }
 
 

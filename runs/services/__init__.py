@@ -32,7 +32,7 @@ from runs.services.changes import (
     run_wait_move_locked,
     wait_fields,
 )
-from runs.services.leases import AccessRevoked, Lease, LostRun
+from runs.services.leases import AccessRevoked, Lease, LostRun, lease_holds
 from runs.services.maintenance import (
     deadlines_enforce,
     heartbeat_record,
@@ -83,6 +83,7 @@ __all__ = [
     "database_error_transient",
     "deadlines_enforce",
     "heartbeat_record",
+    "lease_holds",
     "leases_expired_requeue",
     "leases_renew",
     "maintain",

@@ -82,14 +82,28 @@ class RunChange:
 
 
 def run_changes_write(changes: list[RunChange], now) -> None:
-    """Bring the runs in memory up to date, insert all their events in one statement and run
-    the run-end hooks. Call holding the runs' locks, after their rows were updated with
-    row_fields()."""
+    """Bring the runs in memory up to date, run the run-end hooks of those that end and insert
+    all their events in one statement. Call holding the runs' locks, after their rows were
+    updated with row_fields().
+
+    What the hooks report about the items an ending run owned goes into its timeline before
+    its final event, which stays the last (a client reading the timeline stops there).
+    """
     previous = [change.run.status for change in changes]
-    rows = [row for change in changes for row in change.event_rows(now)]
+    rows = [change.event_rows(now) for change in changes]
     for change in changes:
         change.apply(now)
-    if rows:
+    for change, status, own_rows in zip(changes, previous, rows, strict=True):
+        if change.finished and status not in FINISHED_STATUSES:
+            reported = [
+                event
+                for hook in extensions.run_end_hooks()
+                for event in hook(change.run, status) or ()
+            ]
+            if reported:
+                _reported_before_the_end(change.run, own_rows, reported, now)
+    inserted = [row for own_rows in rows for row in own_rows]
+    if inserted:
         rows_insert(
             RunEvent,
             [
@@ -100,13 +114,29 @@ def run_changes_write(changes: list[RunChange], now) -> None:
                     "data": row.data,
                     "created_at": row.created_at,
                 }
-                for row in rows
+                for row in inserted
             ],
         )
-    for change, status in zip(changes, previous, strict=True):
-        if change.finished and status not in FINISHED_STATUSES:
-            for hook in extensions.run_end_hooks():
-                hook(change.run, status)
+
+
+def _reported_before_the_end(
+    run: AgentRun, rows: list[RunEvent], reported: list[tuple[str, dict]], now
+) -> None:
+    """Number the events the run-end hooks reported before the run's final event (the last of
+    `rows`), and move the run's event counter past them by a conditional UPDATE."""
+    final = rows.pop()
+    for offset, (kind, data) in enumerate(reported):
+        rows.append(
+            RunEvent(run_id=run.pk, seq=final.seq + offset, type=kind, data=data, created_at=now)
+        )
+    final.seq += len(reported)
+    rows.append(final)
+    moved = AgentRun.objects.filter(pk=run.pk, last_event_seq=run.last_event_seq).update(
+        last_event_seq=run.last_event_seq + len(reported)
+    )
+    if moved != 1:
+        raise transaction.TransactionManagementError(f"run {run.pk} changed under its lock")
+    run.last_event_seq += len(reported)
 
 
 def run_update_locked(run: AgentRun, change: RunChange, now) -> None:

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runs.models import AgentRun
-from runs.services.statements import held_by
+from runs.services.statements import held_by, held_by_row
 
 
 @dataclass
@@ -56,3 +56,9 @@ def why_lost(lease: Lease) -> LostRun | AccessRevoked:
     if not held:
         return LostRun(f"run {lease.run_id} is no longer held by this lease")
     return AccessRevoked(f"run {lease.run_id}: merchant inactive or membership revoked")
+
+
+def lease_holds(run: AgentRun, lease: Lease) -> bool:
+    """Whether the worker holding `lease` still holds `run`, a row the caller locked and
+    loaded: what a side effect committed outside a step must prove first."""
+    return held_by_row(run, lease, timezone.now())

@@ -121,6 +121,18 @@ def held_by(lease, now) -> Q:
     )
 
 
+def held_by_row(run, lease, now) -> bool:
+    """held_by() read off a run row the caller has locked and loaded."""
+    return (
+        run.pk == lease.run_id
+        and run.status == RunStatus.RUNNING
+        and run.lease_token == lease.token
+        and run.control_version == lease.control_version
+        and run.lease_expires_at is not None
+        and run.lease_expires_at >= now
+    )
+
+
 def access_sql(table: str) -> str:
     """The run's merchant is active and its account still an active member of it. `table`
     names the run's row (an alias or the table). Parameters: [True, True]."""

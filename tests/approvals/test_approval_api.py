@@ -47,6 +47,7 @@ APPROVAL_FIELDS = {
     "decided_by",
     "decided_at",
     "expires_at",
+    "cancel_cause",
     "result",
     "created_at",
 }

@@ -1,6 +1,14 @@
 """An exchange plan from proposal to the same run's final answer (DESIGN 6.3)."""
 
-from approvals.models import BusinessEvent, Confirmation, PlanReview, Proposal, Ticket, TicketStatus
+from approvals.models import (
+    BusinessEvent,
+    BusinessEventKind,
+    Confirmation,
+    PlanReview,
+    Proposal,
+    Ticket,
+    TicketStatus,
+)
 from runs import worker
 from runs.models import RunInput, RunStatus
 from tests.approvals.plan_helpers import command, exchange_run, reconcile, ticket_of
@@ -168,7 +176,13 @@ def test_takeover_and_approver_revocation_prevent_resume(demo, api):
     assert "plan.approved" not in _types(revoked_run)
     assert RunInput.objects.filter(run=revoked_run).count() == 1  # the confirmation only
     assert ticket_of(revoked_run).status == TicketStatus.CANCELLED  # nothing ships on it
-    assert ticket_of(taken_run).status == TicketStatus.APPROVED  # approved by a supervisor
+    # an approved plan whose run was taken over before it resumed is cancelled with its run,
+    # and its history says so
+    taken = ticket_of(taken_run)
+    assert taken.status == TicketStatus.CANCELLED
+    assert taken.events.latest("pk").kind == BusinessEventKind.CANCELLED
+    assert taken.events.latest("pk").data["cause"] == "run_cancelled"
+    assert _types(taken_run)[-2:] == ["plan.cancelled", "run.cancelled"]
     # and a plan whose run was cancelled while open is cancelled with it
     open_run = exchange_run(demo)
     api("alice").post(f"/api/v1/runs/{open_run.pk}/cancel")

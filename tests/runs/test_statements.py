@@ -129,9 +129,14 @@ def test_held_by_and_its_orm_twin_agree_on_every_lease(mix):
             statements.held_by_params(lease, mix.now),
         )
         by_orm = _orm(statements.held_by(lease, mix.now))
+        by_row = {
+            run.pk
+            for run in AgentRun.objects.filter(pk=lease.run_id)
+            if statements.held_by_row(run, lease, mix.now)
+        }
 
         # then
-        assert by_sql == by_orm, lease
+        assert by_sql == by_orm == by_row, lease
         held += len(by_sql)
     assert held == len(_orm(statements.running(mix.now)))
 

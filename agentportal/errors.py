@@ -30,6 +30,10 @@ class NotAllowed(DomainError):
     """The caller's role may not do this."""
 
 
+class NotFound(DomainError):
+    """What was named does not exist for the caller (or is someone else's)."""
+
+
 class InterruptMismatch(DomainError):
     """The answer is for something the run is not waiting for."""
 

@@ -49,6 +49,7 @@ DOMAIN_PROBLEMS: dict[type[errors.DomainError], tuple[int, str]] = {
     errors.InvalidInput: (400, "validation_error"),
     errors.UnknownCommand: (400, "unknown_command"),
     errors.NotAllowed: (403, "permission_denied"),
+    errors.NotFound: (404, "not_found"),
     errors.InterruptMismatch: (409, "interrupt_mismatch"),
     errors.AlreadyDecided: (409, "already_decided"),
     errors.VersionConflict: (409, "version_conflict"),

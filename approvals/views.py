@@ -302,7 +302,7 @@ def _chat_conversation(principal: Principal, *, create: bool) -> Conversation | 
     current = (
         run_selectors.conversations_visible_to(principal)
         .exclude(status=ConversationStatus.CLOSED)
-        .order_by("-created_at")
+        .order_by("-current_since", "-created_at")
         .first()
     )
     if current is None and create:
@@ -321,14 +321,13 @@ def chat_page(request):
     if request.method == "POST" and form.is_valid():
         text = form.cleaned_data["text"]
         try:
-            command = commands.command_parse(text)
-            if command is None:
+            executed = commands.command_execute(
+                conversation=conversation, principal=principal, text=text
+            )
+            if executed is None:
                 conversations.message_send(conversation=conversation, text=text)
             else:
-                commands.command_allowed(command, principal)
-                result = conversations.command_run(
-                    conversation=conversation, principal=principal, command=command
-                )
+                command, result = executed
                 messages.info(request, _command_message(command.name, result))
             return redirect("portal-chat")
         except DomainError as error:
@@ -358,6 +357,10 @@ def _chat_context(conversation: Conversation | None) -> dict:
 def _command_message(name: str, result: dict) -> str:
     if name == "/new":
         return "Started a new conversation."
+    if name == "/reset":
+        return "Started afresh: the assistant forgets this conversation's earlier messages."
+    if name == "/switch":
+        return "Switched to the other conversation."
     if name == "/stop":
         return "Stopped." if result.get("cancelled_run_id") else "Nothing was running."
     if name == "/status":

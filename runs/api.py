@@ -350,12 +350,11 @@ class ConversationMessagesView(APIView):
         serializer = MessageCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         text = serializer.validated_data["text"]
-        command = commands.command_parse(text)
-        if command is not None:
-            commands.command_allowed(command, principal)
-            result = conversations.command_run(
-                conversation=conversation, principal=principal, command=command
-            )
+        executed = commands.command_execute(
+            conversation=conversation, principal=principal, text=text
+        )
+        if executed is not None:
+            command, result = executed
             return Response({"command": command.name, "result": result})
         if not (principal.is_customer or principal.is_service):
             raise Problem(403, "permission_denied", "Only the customer writes to the agent.")

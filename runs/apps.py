@@ -17,3 +17,6 @@ class RunsConfig(AppConfig):
         extensions.node_register(NodeKind(Node.FOLLOWUP, worker.followup_step))
         extensions.interrupt_register(inputs.CLARIFICATION_INTERRUPT)
         extensions.run_end_register(conversations.conversation_on_run_finish)
+        extensions.sweep_register(
+            "conversations_start_waiting", conversations.conversations_start_waiting
+        )

@@ -5,10 +5,12 @@ Lock order: Membership -> Conversation -> AgentRun. A function that must be call
 lock says so.
 """
 
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from agentportal import errors
@@ -33,9 +35,13 @@ def conversation_create(*, merchant: Merchant, customer) -> Conversation:
 
 def _history(conversation: Conversation) -> list[dict[str, Any]]:
     """The conversation so far, as the model sees it: earlier questions and answers."""
+    # Only the current generation: /reset starts the agent's context afresh.
     started = (
         ConversationMessage.objects.filter(
-            conversation=conversation, status=MessageStatus.STARTED, run__isnull=False
+            conversation=conversation,
+            status=MessageStatus.STARTED,
+            run__isnull=False,
+            generation=conversation.queue_generation,
         )
         .select_related("run")
         .order_by("-created_at")[:HISTORY_TURNS]
@@ -151,6 +157,48 @@ def _start_next_locked(conversation: Conversation) -> AgentRun | None:
     return _start_locked(conversation, following) if following else None
 
 
+def conversations_start_waiting() -> int:
+    """`maintain`'s sweep: start the next message of open conversations that wait for one of
+    their customer's open-run slots (a message queued again by /release while the customer
+    had their limit of runs open). Returns how many started."""
+    waiting = (
+        Conversation.objects.filter(status=ConversationStatus.OPEN, active_run__isnull=True)
+        .filter(
+            Exists(
+                ConversationMessage.objects.filter(
+                    conversation=OuterRef("pk"),
+                    status=MessageStatus.QUEUED,
+                    generation=OuterRef("queue_generation"),
+                )
+            )
+        )
+        .values_list("pk", flat=True)
+    )
+    started = 0
+    for conversation_id in list(waiting[:500]):
+        try:
+            started += _start_waiting(conversation_id)
+        except errors.NotAllowed:
+            continue  # the customer is no longer a member: their messages stay queued
+    return started
+
+
+def _start_waiting(conversation_id) -> int:
+    with transaction.atomic():
+        conversation = Conversation.objects.select_related("merchant", "customer").get(
+            pk=conversation_id
+        )
+        services.membership_lock(merchant=conversation.merchant, account=conversation.customer)
+        conversation = locks.conversation_lock(conversation_id)
+        if (
+            conversation.status == ConversationStatus.OPEN
+            and conversation.active_run_id is None
+            and _open_run_slot(conversation)
+        ):
+            return int(_start_next_locked(conversation) is not None)
+    return 0
+
+
 # --- control commands -----------------------------------------------------------------------
 
 
@@ -174,85 +222,138 @@ def _cancel_active_locked(conversation: Conversation, reason: str) -> AgentRun |
     return run
 
 
-def command_stop(conversation: Conversation, principal: Principal) -> dict[str, Any]:
-    """Cancel the active run; the queue is kept (its next message starts)."""
-    run = _cancel_active_locked(conversation, f"/stop by {principal.name}")
-    return {
-        "cancelled_run_id": str(run.pk) if run else None,
-        "pending_messages": pending_count(conversation),
-    }
+def switch_target(conversation: Conversation, argument: str) -> Conversation:
+    """The conversation `/switch <id>` names: another of the same customer's in the same
+    shop. InvalidInput without a well-formed id; NotFound for anyone else's."""
+    try:
+        target_id = uuid.UUID(argument.strip())
+    except ValueError:
+        raise errors.InvalidInput(
+            "Name the conversation to switch to: /switch <conversation id>.",
+            errors=[{"field": "text", "message": "/switch needs a conversation id"}],
+        ) from None
+    target = Conversation.objects.filter(
+        pk=target_id, merchant_id=conversation.merchant_id, customer_id=conversation.customer_id
+    ).first()
+    if target is None:
+        raise errors.NotFound("No such conversation of yours.")
+    return target
 
 
-def command_new(conversation: Conversation, principal: Principal) -> dict[str, Any]:
-    """Start over: drop the queue, cancel the active run, close this conversation and open a
-    new one."""
-    Conversation.objects.filter(pk=conversation.pk).update(
-        queue_generation=F("queue_generation") + 1,
-        status=ConversationStatus.CLOSED,
-        closed_at=timezone.now(),
-    )
-    conversation.refresh_from_db()
-    dropped = ConversationMessage.objects.filter(
-        conversation=conversation, status__in=[MessageStatus.QUEUED, MessageStatus.HELD]
-    ).update(status=MessageStatus.CANCELLED)
-    run = _cancel_active_locked(conversation, f"/new by {principal.name}")
-    fresh = conversation_create(merchant=conversation.merchant, customer=conversation.customer)
-    return {
-        "conversation_id": str(fresh.pk),
-        "cancelled_run_id": str(run.pk) if run else None,
-        "dropped_messages": dropped,
-    }
+def _open_run_slot(conversation: Conversation) -> bool:
+    """Whether the customer may start one more run. Call holding their Membership lock."""
+    try:
+        services.open_runs_check(merchant=conversation.merchant, account=conversation.customer)
+    except errors.TooManyOpenRuns:
+        return False
+    return True
 
 
-def command_status(conversation: Conversation, principal: Principal) -> dict[str, Any]:
-    from runs.serializers import RunSerializer
+@dataclass
+class CommandOutcome:
+    """What a command's policies did, for its reply."""
 
-    run = AgentRun.objects.filter(pk=conversation.active_run_id).first()
-    return {
-        "active_run": RunSerializer(run).data if run else None,
-        "pending_messages": pending_count(conversation),
-    }
-
-
-def command_takeover(conversation: Conversation, principal: Principal) -> dict[str, Any]:
-    """A person takes the conversation: the agent's run is cancelled, and no worker holding
-    the old control version can commit anything more to it."""
-    Conversation.objects.filter(pk=conversation.pk).update(
-        status=ConversationStatus.TAKEN_OVER, control_version=F("control_version") + 1
-    )
-    conversation.refresh_from_db()
-    ConversationMessage.objects.filter(
-        conversation=conversation, status=MessageStatus.QUEUED
-    ).update(status=MessageStatus.HELD)
-    AgentRun.objects.filter(
-        conversation=conversation, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]
-    ).update(control_version=conversation.control_version)
-    run = _cancel_active_locked(conversation, f"/takeover by {principal.name}")
-    return {
-        "cancelled_run_id": str(run.pk) if run else None,
-        "control_version": conversation.control_version,
-    }
+    conversation: Conversation
+    principal: Principal
+    argument: str = ""
+    cancelled_run: AgentRun | None = None
+    detached_run: AgentRun | None = None
+    dropped: int = 0
+    requeued: int = 0
+    current: Conversation | None = None
 
 
-def command_release(conversation: Conversation, principal: Principal) -> dict[str, Any]:
-    """Back to the agent: held messages queue again, and the first one starts."""
-    Conversation.objects.filter(pk=conversation.pk).update(status=ConversationStatus.OPEN)
-    conversation.refresh_from_db()
-    requeued = ConversationMessage.objects.filter(
-        conversation=conversation,
-        status=MessageStatus.HELD,
-        generation=conversation.queue_generation,
-    ).update(status=MessageStatus.QUEUED)
-    if conversation.active_run_id is None:
+def _session_apply(command, outcome: CommandOutcome) -> None:
+    """The session policy, first: a conversation taken over or closed before its run is
+    cancelled, so that the run's end starts nothing more in it."""
+    conversation = outcome.conversation
+    if command.session == "take_over":
+        Conversation.objects.filter(pk=conversation.pk).update(
+            status=ConversationStatus.TAKEN_OVER, control_version=F("control_version") + 1
+        )
+        conversation.refresh_from_db()
+        # A worker holding the old control version can commit nothing more to these runs.
+        AgentRun.objects.filter(
+            conversation=conversation, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]
+        ).update(control_version=conversation.control_version)
+    elif command.session == "new":
+        Conversation.objects.filter(pk=conversation.pk).update(
+            status=ConversationStatus.CLOSED, closed_at=timezone.now()
+        )
+        conversation.refresh_from_db()
+        outcome.current = conversation_create(
+            merchant=conversation.merchant, customer=conversation.customer
+        )
+    elif command.session == "open":
+        Conversation.objects.filter(pk=conversation.pk).update(status=ConversationStatus.OPEN)
+        conversation.refresh_from_db()
+    elif command.session == "switch":
+        target = Conversation.objects.get(pk=outcome.current.pk)
+        if target.status != ConversationStatus.OPEN:
+            raise errors.ConversationClosed("That conversation is not open; pick an open one.")
+        Conversation.objects.filter(pk=target.pk).update(current_since=timezone.now())
+        outcome.current = target
+        active = conversation.active_run_id
+        outcome.detached_run = AgentRun.objects.filter(pk=active).first() if active else None
+
+
+def _pending_apply(command, outcome: CommandOutcome) -> None:
+    conversation = outcome.conversation
+    waiting = ConversationMessage.objects.filter(conversation=conversation)
+    if command.pending == "drop":
+        # A new generation: whatever was queued before it never runs.
+        Conversation.objects.filter(pk=conversation.pk).update(
+            queue_generation=F("queue_generation") + 1
+        )
+        conversation.refresh_from_db()
+        outcome.dropped = waiting.filter(
+            status__in=[MessageStatus.QUEUED, MessageStatus.HELD]
+        ).update(status=MessageStatus.CANCELLED)
+    elif command.pending == "hold":
+        waiting.filter(status=MessageStatus.QUEUED).update(status=MessageStatus.HELD)
+    elif command.pending == "requeue":
+        outcome.requeued = waiting.filter(
+            status=MessageStatus.HELD, generation=conversation.queue_generation
+        ).update(status=MessageStatus.QUEUED)
+
+
+def _active_run_apply(command, outcome: CommandOutcome) -> None:
+    conversation = outcome.conversation
+    if command.active_run == "cancel":
+        outcome.cancelled_run = _cancel_active_locked(
+            conversation, f"{command.name} by {outcome.principal.name}"
+        )
+    if (
+        conversation.status == ConversationStatus.OPEN
+        and conversation.active_run_id is None
+        and command.pending == "requeue"
+        and _open_run_slot(conversation)
+    ):
         _start_next_locked(conversation)
-    return {"requeued_messages": requeued}
 
 
-def command_run(*, conversation: Conversation, principal: Principal, command) -> dict[str, Any]:
-    """Run a bypass command inside the request: one transaction, the conversation locked
-    first, never behind the agent's queue or a worker."""
+def command_run(
+    *, conversation: Conversation, principal: Principal, command, argument: str = ""
+) -> dict[str, Any]:
+    """Run a bypass command inside the request, never behind the agent's queue or a worker:
+    one transaction, the customer's Membership then the conversation locked first, its
+    policies applied in the one order (session, pending messages, active run), then its reply.
+    A CLOSED conversation is final: every command but a read-only one is refused."""
+    outcome = CommandOutcome(conversation=conversation, principal=principal, argument=argument)
     if command.read_only:
-        return command.handler(conversation, principal)
+        return command.reply(outcome)
+    if command.session == "switch":
+        outcome.current = switch_target(conversation, argument)
     with transaction.atomic():
-        conversation = locks.conversation_lock(conversation.pk)
-        return command.handler(conversation, principal)
+        services.membership_lock(merchant=conversation.merchant, account=conversation.customer)
+        if outcome.current is not None:
+            # Two conversations: locked in the order of their ids, so that two switches the
+            # other way round cannot deadlock.
+            locks.conversations_lock([conversation.pk, outcome.current.pk])
+        outcome.conversation = locks.conversation_lock(conversation.pk)
+        if outcome.conversation.status == ConversationStatus.CLOSED:
+            raise errors.ConversationClosed("This conversation was closed; use the new one.")
+        _session_apply(command, outcome)
+        _pending_apply(command, outcome)
+        _active_run_apply(command, outcome)
+        return command.reply(outcome)

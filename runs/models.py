@@ -5,6 +5,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from agentportal.models import Merchant
 from runs.snapshot import SnapshotError, WaitState, wait_parse
@@ -73,8 +74,11 @@ class Conversation(models.Model):
     )
     # Bumped by /takeover: a worker holding an older value can commit nothing more.
     control_version = models.PositiveIntegerField(default=1)
-    # Bumped by /new: queued messages of an older generation never run.
+    # Bumped by /new and /reset: queued messages of an older generation never run, and the
+    # agent's context holds only the current generation's.
     queue_generation = models.PositiveIntegerField(default=1)
+    # When the customer last made it their current conversation (created, or /switch).
+    current_since = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
 

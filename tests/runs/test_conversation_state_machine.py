@@ -25,7 +25,7 @@ from tests.problems import refusal_problem
 from tests.runs import helpers
 
 TEXTS = ["What is the status of order ORD-1001?", "And ORD-1002?", "hello"]
-COMMANDS = ["/stop", "/new", "/status", "/takeover", "/release"]
+COMMANDS = ["/stop", "/new", "/reset", "/status", "/takeover", "/release"]
 
 
 class ConversationMachine(RuleBasedStateMachine):
@@ -36,6 +36,7 @@ class ConversationMachine(RuleBasedStateMachine):
         self._example.__enter__()
         self.conversation = conversations.conversation_create(merchant=shop, customer=alice.user)
         self.dropped: set[int] = set()
+        self.closed: set = set()
 
     def teardown(self) -> None:
         transaction.set_rollback(True)
@@ -54,7 +55,7 @@ class ConversationMachine(RuleBasedStateMachine):
     @rule(name=st.sampled_from(COMMANDS), as_supervisor=st.booleans())
     def command(self, name, as_supervisor):
         principal = self.sam if as_supervisor else self.alice
-        command = commands.command_parse(name)
+        command, argument = commands.command_parse(name)
         try:
             commands.command_allowed(command, principal)
         except DomainError as refusal:
@@ -70,11 +71,33 @@ class ConversationMachine(RuleBasedStateMachine):
             ).values_list("pk", flat=True)
         )
         result = conversations.command_run(
-            conversation=self._current(), principal=principal, command=command
+            conversation=self._current(), principal=principal, command=command, argument=argument
         )
-        if command.name == "/new":
+        if command.pending == "drop":
             self.dropped |= waiting
+        if command.name == "/new":
+            self.closed.add(self.conversation.pk)
             self.conversation = Conversation.objects.get(pk=result["conversation_id"])
+
+    @rule(name=st.sampled_from(["/stop", "/new", "/reset", "/takeover", "/release"]))
+    def command_to_a_closed_conversation(self, name):
+        if not self.closed:
+            return
+        command, argument = commands.command_parse(name)
+        closed = Conversation.objects.get(pk=sorted(self.closed)[0])
+        try:
+            conversations.command_run(
+                conversation=closed, principal=self.sam, command=command, argument=argument
+            )
+        except DomainError as refusal:
+            assert refusal_problem(refusal)[1] == "conversation_closed"
+        else:
+            raise AssertionError(f"{name} was accepted by a closed conversation")
+
+    @invariant()
+    def closed_stays_closed(self):
+        statuses = Conversation.objects.filter(pk__in=self.closed).values_list("status", flat=True)
+        assert set(statuses) <= {ConversationStatus.CLOSED}
 
     @rule()
     def worker_ticks(self):

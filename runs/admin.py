@@ -7,7 +7,7 @@ from agentportal.errors import DomainError
 from agentportal.selectors import user_is_operator
 from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, RunStatus, ToolExecution
 from runs.releases import GRAPH_RELEASES, ReleaseManifest
-from runs.services import PARKED_UNTIL, release_save, run_cancel, run_unpark
+from runs.services import release_save, run_cancel, run_parked_fail, run_unpark
 
 
 class ParkedFilter(admin.SimpleListFilter):
@@ -19,7 +19,7 @@ class ParkedFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "yes":
-            return queryset.filter(status=RunStatus.RUNNING, lease_expires_at=PARKED_UNTIL)
+            return queryset.filter(status=RunStatus.PARKED)
         return queryset
 
 
@@ -48,10 +48,19 @@ class ToolExecutionInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(AgentRun)
 class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
-    list_display = ["id", "merchant", "account", "status", "next_node", "step", "created_at"]
+    list_display = [
+        "id",
+        "merchant",
+        "account",
+        "status",
+        "next_node",
+        "step",
+        "error_detail",
+        "created_at",
+    ]
     list_filter = ["status", ParkedFilter, "graph_version", "merchant"]
     search_fields = ["id", "account__username", "idempotency_key"]
-    actions = ["cancel_selected", "unpark_selected"]
+    actions = ["cancel_selected", "unpark_selected", "fail_parked_selected"]
     list_select_related = ["merchant", "account"]
     date_hierarchy = "created_at"
     inlines = [RunEventInline, ModelAttemptInline, ToolExecutionInline]
@@ -110,6 +119,17 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         for run in queryset:
             if run_unpark(run_id=run.pk):
                 self.message_user(request, f"Run {run.pk}: back in the queue.")
+            else:
+                self.message_user(request, f"Run {run.pk}: not parked.", messages.WARNING)
+
+    @admin.action(
+        description="Fail the selected parked runs (INTERNAL_ERROR)", permissions=["unpark"]
+    )
+    def fail_parked_selected(self, request, queryset):
+        who = request.user.get_username()
+        for run in queryset:
+            if run_parked_fail(run_id=run.pk, detail=f"An operator ({who}) failed it."):
+                self.message_user(request, f"Run {run.pk}: failed.")
             else:
                 self.message_user(request, f"Run {run.pk}: not parked.", messages.WARNING)
 

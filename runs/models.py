@@ -16,6 +16,8 @@ class RunStatus(models.TextChoices):
     RUNNING = "RUNNING"
     WAITING_USER = "WAITING_USER"
     WAITING_APPROVAL = "WAITING_APPROVAL"
+    # Left to an operator after an unexpected error: holds no capacity and no open-run slot.
+    PARKED = "PARKED"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -48,6 +50,7 @@ class ErrorCode(models.TextChoices):
     APPROVER_REVOKED = "APPROVER_REVOKED"
     APPROVAL_MISMATCH = "APPROVAL_MISMATCH"
     PERMISSION_REVOKED = "PERMISSION_REVOKED"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
 class ConversationStatus(models.TextChoices):

@@ -42,10 +42,11 @@ from runs.services.maintenance import (
     waits_expire,
 )
 from runs.services.parking import (
-    PARKED_UNTIL,
     leases_renew,
+    parked_expire,
     run_fail_access_revoked,
     run_park,
+    run_parked_fail,
     run_unpark,
     runs_release,
 )
@@ -73,7 +74,6 @@ from runs.services.steps import (
 )
 
 __all__ = [
-    "PARKED_UNTIL",
     "WAITING_STATUSES",
     "AccessRevoked",
     "Lease",
@@ -89,6 +89,7 @@ __all__ = [
     "maintain",
     "membership_lock",
     "open_runs_check",
+    "parked_expire",
     "queue_run",
     "release_resolve",
     "release_save",
@@ -103,6 +104,7 @@ __all__ = [
     "run_insert_locked",
     "run_lock",
     "run_park",
+    "run_parked_fail",
     "run_resume_locked",
     "run_snapshot_save_locked",
     "run_unpark",

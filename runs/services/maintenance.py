@@ -14,6 +14,7 @@ from runs import extensions
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, RunStatus, WorkerHeartbeat
 from runs.services.changes import WAITING_STATUSES, run_fail_locked, run_wait_expire_locked
+from runs.services.parking import parked_expire
 from runs.services.queueing import tick_enqueue
 from runs.services.statements import lease_expired, running_count
 
@@ -102,6 +103,7 @@ def maintain() -> dict[str, int]:
         ("requeued", leases_expired_requeue),
         ("deadlines", deadlines_enforce),
         ("waits_expired", waits_expire),
+        ("parked_expired", parked_expire),
         *extensions.sweeps().items(),
         ("ticks", ticks_for_queued),
     ]

@@ -2,7 +2,7 @@
 access was revoked; and the leases of runs in slow calls, renewed."""
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F
@@ -17,20 +17,29 @@ from runs.services.statements import held_by
 
 logger = logging.getLogger(__name__)
 
-PARKED_UNTIL = datetime(9999, 1, 1, tzinfo=UTC)
-
 
 def run_park(*, lease: Lease, reason: str) -> None:
     """Leave a run the worker cannot make sense of (an invalid snapshot, a bug) to an
-    operator: it keeps its status and state, and a lease no claim or sweep will take away,
-    so it is never expired or failed behind anyone's back."""
-    with transaction.atomic():
-        parked = AgentRun.objects.filter(
-            pk=lease.run_id, status=RunStatus.RUNNING, lease_token=lease.token
-        ).update(lease_expires_at=PARKED_UNTIL, updated_at=timezone.now())
+    operator: PARKED, with the reason, until they hand it back or fail it, or until the wait
+    limit fails it with INTERNAL_ERROR. It frees its shop's capacity and its customer's
+    open-run slot; it is never expired or failed behind anyone's back before that."""
     logger.error("run %s parked for an operator: %s", lease.run_id, reason)
-    if not parked:
-        logger.error("run %s was no longer held when parking it", lease.run_id)
+    with transaction.atomic():
+        run = run_lock(lease.run_id)
+        if run.status != RunStatus.RUNNING or run.lease_token != lease.token:
+            logger.error("run %s was no longer held when parking it", lease.run_id)
+            return
+        now = timezone.now()
+        wait = run.release_snapshot["manifest"]["limits"]["wait_seconds"]
+        change = RunChange(run)
+        change.fields.update(
+            status=RunStatus.PARKED,
+            lease_expires_at=None,
+            wait_deadline_at=now + timedelta(seconds=wait),
+            error_detail=reason[:2000],
+        )
+        change.events.append(("run.parked", {"reason": reason[:500]}))
+        run_update_locked(run, change, now)
 
 
 def run_unpark(*, run_id) -> bool:
@@ -38,20 +47,43 @@ def run_unpark(*, run_id) -> bool:
     active time starts again. False when it is not (or no longer) parked."""
     with transaction.atomic():
         run = run_lock(run_id)
-        if run.status != RunStatus.RUNNING or run.lease_expires_at != PARKED_UNTIL:
+        if run.status != RunStatus.PARKED:
             return False
         now = timezone.now()
         limits = run.release_snapshot["manifest"]["limits"]
         change = RunChange(run)
         change.fields.update(
             status=RunStatus.QUEUED,
-            lease_expires_at=None,
+            wait_deadline_at=None,
+            error_detail="",
             deadline_at=now + timedelta(seconds=limits["run_deadline_seconds"]),
         )
         change.events.append(("run.unparked", {}))
         run_update_locked(run, change, now)
         tick_enqueue()
     return True
+
+
+def run_parked_fail(*, run_id, detail: str) -> bool:
+    """Fail a parked run with INTERNAL_ERROR (an operator gave up on it, or nobody repaired it
+    in time). False when it is not (or no longer) parked."""
+    with transaction.atomic():
+        run = run_lock(run_id)
+        if run.status != RunStatus.PARKED:
+            return False
+        run_fail_locked(run, code=ErrorCode.INTERNAL_ERROR, detail=detail)
+    return True
+
+
+def parked_expire() -> int:
+    """`maintain`'s sweep: parked runs nobody repaired within the wait limit fail."""
+    due = AgentRun.objects.filter(
+        status=RunStatus.PARKED, wait_deadline_at__lte=timezone.now()
+    ).values_list("pk", flat=True)
+    return sum(
+        run_parked_fail(run_id=run_id, detail="Nobody repaired the run in time.")
+        for run_id in list(due[:500])
+    )
 
 
 def runs_release(leases: list[Lease]) -> int:

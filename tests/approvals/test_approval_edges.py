@@ -6,7 +6,6 @@ from django.test import Client
 from approvals.models import Approval, WebhookDelivery
 from runs import services, worker
 from runs.models import AgentRun, RunStatus
-from runs.services import PARKED_UNTIL
 from tests import factories
 
 
@@ -62,10 +61,9 @@ def test_worker_parks_a_run_whose_snapshot_was_broken_and_nobody_fails_it(demo, 
     worker.tick()
     services.maintain()
 
-    # then: left for an operator, still RUNNING, not re-claimed, not failed
+    # then: left for an operator, PARKED, not re-claimed, not failed
     run.refresh_from_db()
-    assert run.status == RunStatus.RUNNING
-    assert run.lease_expires_at == PARKED_UNTIL
+    assert run.status == RunStatus.PARKED
     assert worker.tick() == 0
     assert list(run.events.values_list("type", flat=True)).count("run.started") == 2
 
@@ -97,7 +95,7 @@ def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api
     refused = sam.post(
         "/admin/runs/agentrun/", {"action": "unpark_selected", "_selected_action": [run.pk]}
     )
-    assert AgentRun.objects.get(pk=run.pk).lease_expires_at == PARKED_UNTIL
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.PARKED
     admin.post(
         "/admin/runs/agentrun/",
         {"action": "unpark_selected", "_selected_action": [run.pk]},

@@ -16,7 +16,7 @@ from runs.models import AgentRun, ErrorCode, RunStatus, WorkerHeartbeat
 from runs.services.changes import WAITING_STATUSES, run_fail_locked, run_wait_expire_locked
 from runs.services.parking import parked_expire
 from runs.services.queueing import tick_enqueue
-from runs.services.statements import lease_expired, running_count
+from runs.services.statements import lease_expired, occupying_count
 
 logger = logging.getLogger(__name__)
 
@@ -77,13 +77,12 @@ def waits_expire() -> int:
 
 def ticks_for_queued() -> int:
     """Enqueue ticks for queued runs, never more than the free capacity (or the workers)."""
-    now = timezone.now()
     queued = AgentRun.objects.filter(status=RunStatus.QUEUED).count()
     if not queued:
         return 0
     free = 0
     for merchant in Merchant.objects.filter(active=True).annotate(
-        running=Coalesce(running_count(now), Value(0))
+        running=Coalesce(occupying_count(), Value(0))
     ):
         free += max(0, merchant.max_running_runs - merchant.running)
     count = min(queued, free, settings.Q_CLUSTER["workers"])

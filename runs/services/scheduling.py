@@ -14,7 +14,7 @@ from runs.services.statements import (
     CLAIM_UPDATE_SQL,
     MERCHANT_LOCK_SQL,
     NEXT_RUNS_SQL,
-    RUNNING_COUNT_SQL,
+    OCCUPYING_COUNT_SQL,
     SCHEDULED_SQL,
     assignments,
     prepared,
@@ -64,21 +64,24 @@ def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
         )[0]
         moment = {"merchant": merchant_id, "now": prepared(AgentRun, "lease_expires_at", now)}
         with connection.cursor() as cursor:
-            cursor.execute(RUNNING_COUNT_SQL, moment)
-            [running] = cursor.fetchone()
-        free = merchant.max_running_runs - running
-        if running < merchant.reserved_slots:
+            cursor.execute(OCCUPYING_COUNT_SQL, moment)
+            [occupied] = cursor.fetchone()
+        free = merchant.max_running_runs - occupied
+        if occupied < merchant.reserved_slots:
             # Its turn before the others' is only for its reserved slots.
-            free = min(free, merchant.reserved_slots - running)
-        if not merchant.active or free <= 0:
+            free = min(free, merchant.reserved_slots - occupied)
+        if not merchant.active:
             return [], 0
         found = list(
             AgentRun.objects.raw(
                 NEXT_RUNS_SQL.format(lock=locks.row_lock_clause(skip_locked=True)),
-                {**moment, "limit": min(limit, free)},
+                {**moment, "limit": limit},
             )
         )
-        claims = [claim for run in found if (claim := _claim_change(run, now)) is not None]
+        claims = []
+        for run in _within_capacity(found, free):
+            if (claim := _claim_change(run, now)) is not None:
+                claims.append(claim)
         if not claims:
             return [], 0
         with connection.cursor() as cursor:
@@ -114,6 +117,20 @@ def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
         attempts_insert(attempts)
         leases = [lease for change, lease, _attempt in claims if not change.finished]
         return leases, len(claims) - len(leases)
+
+
+def _within_capacity(found: list[AgentRun], free: int) -> list[AgentRun]:
+    """The claimable runs a claim may take: every one whose expired lease it takes over (it
+    holds its slot already: taking it over replaces, never adds), and queued ones while a
+    slot is free."""
+    taken = []
+    for run in found:
+        if run.status == RunStatus.RUNNING:
+            taken.append(run)
+        elif free > 0:
+            taken.append(run)
+            free -= 1
+    return taken
 
 
 def _claim_change(run: AgentRun, now) -> tuple[RunChange, Lease, ModelAttempt | None] | None:

@@ -52,17 +52,16 @@ def _run(name: str, alias: str = "") -> str:
 # --- the rules, each in its SQL form and its ORM form ------------------------------------------
 
 
-def running_sql(alias: str = "", now: str = "%(now)s") -> str:
-    """A running run: RUNNING under a lease that has not expired at `now` (a placeholder)."""
-    return (
-        f"{_run('status', alias)} = {_value(RunStatus.RUNNING)}"
-        f" AND {_run('lease_expires_at', alias)} >= {now}"
-    )
+def occupying_sql(alias: str = "") -> str:
+    """A run holding one of its shop's capacity slots: RUNNING, its lease expired or not. It
+    holds the slot until it is handed back or finishes; a claim that takes over an expired
+    lease replaces it, never adds one (its worker may still be in a step)."""
+    return f"{_run('status', alias)} = {_value(RunStatus.RUNNING)}"
 
 
-def running(now) -> Q:
-    """The ORM twin of running_sql()."""
-    return Q(status=RunStatus.RUNNING, lease_expires_at__gte=now)
+def occupying() -> Q:
+    """The ORM twin of occupying_sql()."""
+    return Q(status=RunStatus.RUNNING)
 
 
 def lease_expired_sql(alias: str = "", now: str = "%(now)s") -> str:
@@ -158,10 +157,10 @@ def access() -> Q:
     return Q(Exists(member), merchant__active=True)
 
 
-def running_count(now) -> Subquery:
-    """A merchant's running runs (running()), as a subquery on the merchant's row."""
+def occupying_count() -> Subquery:
+    """A merchant's runs holding a capacity slot (occupying()), as a subquery on its row."""
     return Subquery(
-        AgentRun.objects.filter(running(now), merchant=OuterRef("pk"))
+        AgentRun.objects.filter(occupying(), merchant=OuterRef("pk"))
         .order_by()
         .values("merchant")
         .annotate(count=Count("pk"))
@@ -181,19 +180,21 @@ def columns(model, alias: str = "") -> str:
 
 
 _M_ID = _column(Merchant, "id", "m")
-RUNNING_OF_MERCHANT_SQL = (
+OCCUPYING_OF_MERCHANT_SQL = (
     f"(SELECT COUNT(*) FROM {RUNS} r WHERE {_run('merchant', 'r')} = {_M_ID}"
-    f" AND {running_sql('r')})"
+    f" AND {occupying_sql('r')})"
 )
-# Runs before every claim. Shops under their reserved slots first, then the one scheduled
-# longest ago.
+# Runs before every claim: shops with a queued run and a free slot, or with an expired lease
+# to take over. Shops under their reserved slots first, then the one scheduled longest ago.
 CANDIDATES_SQL = f"""
 SELECT {_M_ID} FROM {MERCHANTS} m
 WHERE {_column(Merchant, "active", "m")}
-  AND EXISTS (SELECT 1 FROM {RUNS} r WHERE {_run("merchant", "r")} = {_M_ID}
-              AND {claimable_sql("r")})
-  AND {RUNNING_OF_MERCHANT_SQL} < {_column(Merchant, "max_running_runs", "m")}
-ORDER BY CASE WHEN {RUNNING_OF_MERCHANT_SQL} < {_column(Merchant, "reserved_slots", "m")}
+  AND (EXISTS (SELECT 1 FROM {RUNS} r WHERE {_run("merchant", "r")} = {_M_ID}
+               AND {lease_expired_sql("r")})
+       OR (EXISTS (SELECT 1 FROM {RUNS} r WHERE {_run("merchant", "r")} = {_M_ID}
+                   AND {_run("status", "r")} = {_value(RunStatus.QUEUED)})
+           AND {OCCUPYING_OF_MERCHANT_SQL} < {_column(Merchant, "max_running_runs", "m")}))
+ORDER BY CASE WHEN {OCCUPYING_OF_MERCHANT_SQL} < {_column(Merchant, "reserved_slots", "m")}
               THEN 0 ELSE 1 END,
          {_column(Merchant, "last_scheduled_at", "m")} IS NOT NULL,
          {_column(Merchant, "last_scheduled_at", "m")}, {_M_ID}
@@ -204,13 +205,16 @@ LIMIT 8
 MERCHANT_LOCK_SQL = (
     f"SELECT {columns(Merchant)} FROM {MERCHANTS} WHERE {_column(Merchant, 'id')} = %s {{lock}}"
 )
-RUNNING_COUNT_SQL = (
-    f"SELECT COUNT(*) FROM {RUNS} WHERE {_run('merchant')} = %(merchant)s AND {running_sql()}"
+OCCUPYING_COUNT_SQL = (
+    f"SELECT COUNT(*) FROM {RUNS} WHERE {_run('merchant')} = %(merchant)s AND {occupying_sql()}"
 )
+# Expired leases first: taking one over needs no free slot, and queued runs must not crowd
+# it out of the claim's limit.
 NEXT_RUNS_SQL = (
     f"SELECT {columns(AgentRun, 'r')} FROM {RUNS} r"
     f" WHERE {_run('merchant', 'r')} = %(merchant)s AND {claimable_sql('r')}"
-    f" ORDER BY {_run('created_at', 'r')} LIMIT %(limit)s {{lock}}"
+    f" ORDER BY CASE WHEN {occupying_sql('r')} THEN 0 ELSE 1 END, {_run('created_at', 'r')}"
+    f" LIMIT %(limit)s {{lock}}"
 )
 CLAIM_UPDATE_SQL = (
     f"UPDATE {RUNS} SET {{assignments}}"

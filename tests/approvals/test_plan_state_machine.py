@@ -49,6 +49,8 @@ TICKET_MOVES = {
         TicketStatus.WAITING_CONFIRMATION,
         TicketStatus.CANCELLED,
     },
+    # Approved, but its run ended before it took the approval in: cancelled with the run.
+    TicketStatus.APPROVED: {TicketStatus.CANCELLED},
 }
 EXPECTED_REFUSALS = {"version_conflict", "invalid_transition"}
 

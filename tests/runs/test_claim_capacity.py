@@ -1,9 +1,15 @@
 """A shop's running-run capacity holds under racing claims, on SQLite and PostgreSQL."""
 
-import pytest
+import functools
+import time
+from datetime import timedelta
 
+import pytest
+from django.utils import timezone
+
+from runs import worker
 from runs.models import AgentRun, RunStatus
-from tests import factories
+from tests import factories, threads
 from tests.runs import helpers
 from tests.runs.test_worker_claim import customer_with_order, in_threads, queue
 
@@ -24,3 +30,63 @@ def test_racing_claims_never_exceed_the_shops_capacity(capacity):
     # then
     assert sum(lease is not None for lease in leases) == capacity
     assert AgentRun.objects.filter(merchant=shop, status=RunStatus.RUNNING).count() == capacity
+
+
+def test_taking_over_an_expired_lease_replaces_the_run_it_does_not_add_one():
+    # given a capacity-1 shop whose one running run's lease expired mid-step, and a queued run
+    shop = factories.merchant_create(max_running_runs=1)
+    stuck = queue(customer_with_order(shop, "ORD-81"), shop, "ORD-81")
+    lease = helpers.run_claim()
+    AgentRun.objects.filter(pk=stuck.pk).update(lease_expires_at=timezone.now())
+    # (queued before it, as a run resumed after a person's answer can be)
+    waiting = queue(customer_with_order(shop, "ORD-82"), shop, "ORD-82")
+    AgentRun.objects.filter(pk=waiting.pk).update(created_at=stuck.created_at - timedelta(1))
+
+    # when workers claim
+    taken = helpers.run_claim()
+
+    # then the expired run was taken over, and the queued one waits for the slot
+    assert taken.run_id == lease.run_id == stuck.pk
+    assert helpers.run_claim() is None
+    assert AgentRun.objects.filter(merchant=shop, status=RunStatus.RUNNING).count() == 1
+
+
+def test_a_capacity_1_shop_never_runs_two_while_leases_expire_mid_step(stock_latency):
+    # given a capacity-1 shop with slow steps, and a chaos thread that expires leases while
+    # workers are in them
+    stock_latency(0.05)
+    shop = factories.merchant_create(max_running_runs=1)
+    for index in range(4):
+        number = f"ORD-9{index}"
+        queue(customer_with_order(shop, number), shop, number, "Is {order} in stock?")
+    deadline = time.monotonic() + 4
+    samples = []
+
+    def work(_):
+        while time.monotonic() < deadline:
+            worker.tick()
+
+    def expire_leases():
+        while time.monotonic() < deadline:
+            AgentRun.objects.filter(merchant=shop, status=RunStatus.RUNNING).update(
+                lease_expires_at=timezone.now() - timedelta(seconds=1)
+            )
+            # the queued runs older than the running one, as resumed runs can be
+            AgentRun.objects.filter(merchant=shop, status=RunStatus.QUEUED).update(
+                created_at=timezone.now() - timedelta(days=1)
+            )
+            time.sleep(0.03)
+
+    def watch():
+        while time.monotonic() < deadline:
+            samples.append(AgentRun.objects.filter(merchant=shop, status=RunStatus.RUNNING).count())
+            time.sleep(0.005)
+
+    # when two workers run, leases expire under them and a sampler watches
+    threads.in_threads(
+        [functools.partial(work, 0), functools.partial(work, 1), expire_leases, watch]
+    )
+
+    # then two RUNNING rows never existed
+    assert samples
+    assert max(samples) <= 1

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Value
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -87,11 +87,11 @@ RUN_IDS = f'SELECT r."id" FROM {statements.RUNS} r WHERE '
 @pytest.mark.parametrize(
     ("sql", "orm"),
     [
-        (statements.running_sql, statements.running),
+        (lambda alias: statements.occupying_sql(alias), lambda now: statements.occupying()),
         (statements.lease_expired_sql, statements.lease_expired),
         (statements.claimable_sql, statements.claimable),
     ],
-    ids=["running", "lease_expired", "claimable"],
+    ids=["occupying", "lease_expired", "claimable"],
 )
 def test_a_run_condition_and_its_orm_twin_select_the_same_runs(mix, sql, orm):
     # when
@@ -138,7 +138,8 @@ def test_held_by_and_its_orm_twin_agree_on_every_lease(mix):
         # then
         assert by_sql == by_orm == by_row, lease
         held += len(by_sql)
-    assert held == len(_orm(statements.running(mix.now)))
+    live = statements.occupying() & ~statements.lease_expired(mix.now)
+    assert held == len(_orm(live))
 
 
 def test_the_guarded_update_matches_exactly_the_runs_held_unchanged_with_access(mix):
@@ -172,28 +173,35 @@ def test_the_guarded_update_matches_exactly_the_runs_held_unchanged_with_access(
     assert outcomes == {True, False}
 
 
-def test_the_running_count_and_its_orm_twin_count_the_same(mix):
+def test_the_occupied_slots_count_and_its_orm_twin_count_the_same(mix):
     counted = dict(
         Merchant.objects.annotate(
-            running=Coalesce(statements.running_count(mix.now), Value(0))
+            running=Coalesce(statements.occupying_count(), Value(0))
         ).values_list("pk", "running")
     )
     for merchant_id, running in counted.items():
         with connection.cursor() as cursor:
             cursor.execute(
-                statements.RUNNING_COUNT_SQL, {"merchant": merchant_id, **_moment(mix.now)}
+                statements.OCCUPYING_COUNT_SQL, {"merchant": merchant_id, **_moment(mix.now)}
             )
             assert cursor.fetchone()[0] == running
-    assert counted[mix.shops["busy"].pk] == 2  # the revoked customer's run still counts
+    # the revoked customer's run still counts, and so does the one whose lease expired: its
+    # worker may still be in a step, and a claim that takes it over replaces it
+    assert counted[mix.shops["busy"].pk] == 3
 
 
 def test_the_claim_candidates_are_the_shops_the_orm_finds_with_room_and_claimable_runs(mix):
     # given the candidates' rule in the ORM
-    claimable = AgentRun.objects.filter(statements.claimable(mix.now), merchant=OuterRef("pk"))
+    def runs(condition):
+        return Exists(AgentRun.objects.filter(condition, merchant=OuterRef("pk")))
+
     expected = (
-        Merchant.objects.filter(Exists(claimable), active=True)
-        .annotate(running=Coalesce(statements.running_count(mix.now), Value(0)))
-        .filter(running__lt=F("max_running_runs"))
+        Merchant.objects.filter(active=True)
+        .annotate(occupied=Coalesce(statements.occupying_count(), Value(0)))
+        .filter(
+            Q(runs(statements.lease_expired(mix.now)))
+            | Q(runs(Q(status=RunStatus.QUEUED)), occupied__lt=F("max_running_runs"))
+        )
     )
 
     # when
@@ -208,13 +216,15 @@ def test_the_claim_candidates_are_the_shops_the_orm_finds_with_room_and_claimabl
     assert mix.shops["closed"].pk not in candidates
 
 
-def test_the_next_runs_of_a_shop_are_its_claimable_runs_oldest_first(mix):
+def test_the_next_runs_of_a_shop_are_its_expired_leases_then_its_queued_runs_oldest_first(mix):
     for merchant in mix.shops.values():
         runs = AgentRun.objects.raw(
             statements.NEXT_RUNS_SQL.format(lock=""),
             {"merchant": merchant.pk, "limit": 10, **_moment(mix.now)},
         )
-        expected = AgentRun.objects.filter(
-            statements.claimable(mix.now), merchant=merchant
-        ).order_by("created_at")
+        expected = (
+            AgentRun.objects.filter(statements.claimable(mix.now), merchant=merchant)
+            .annotate(queued=Case(When(statements.occupying(), then=0), default=1))
+            .order_by("queued", "created_at")
+        )
         assert [run.pk for run in runs] == list(expected.values_list("pk", flat=True))

@@ -201,6 +201,8 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
+    # How long a blocking tool call may take before it is abandoned (a tool may declare less).
+    "TOOL_TIMEOUT_SECONDS": env_float("AGENTPORTAL_TOOL_TIMEOUT_SECONDS", 30.0),
     "RUN_DEADLINE_SECONDS": env_int("AGENTPORTAL_RUN_DEADLINE_SECONDS", 600),
     "WAIT_SECONDS": env_int("AGENTPORTAL_WAIT_SECONDS", 24 * 3600),
     # When a colleague is due to follow up on a create_followup_request.

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from pydantic import BaseModel
 
 from runs.extensions import ExtensionError, interrupt_for
@@ -71,6 +72,12 @@ class Tool:
     executor: Callable[[BaseModel, ToolContext], dict[str, Any]] | None = None
     # Blocking tools run in a thread while the worker polls for cancellation.
     blocking: bool = False
+    # A blocking call's time limit, at most AGENTPORTAL_TOOL_TIMEOUT_SECONDS (None: that).
+    timeout_seconds: float | None = None
+
+    def timeout(self) -> float:
+        limit = settings.AGENTPORTAL["TOOL_TIMEOUT_SECONDS"]
+        return min(limit, self.timeout_seconds) if self.timeout_seconds else limit
 
     def schema(self) -> dict[str, Any]:
         return {

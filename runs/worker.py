@@ -79,6 +79,13 @@ class SlowCall:
 
     function: Callable[[], Any]
     token: CancellationToken
+    # time.monotonic() past which the call is abandoned (CallTimedOut), or None.
+    deadline: float | None = None
+
+
+class CallTimedOut(Exception):
+    """A slow call ran past its deadline: its token was set and its thread is no longer
+    awaited."""
 
 
 # A step is a generator: it yields each StepCommit and gets back the committed run (or the
@@ -177,9 +184,12 @@ def _batch_execute(
                 batch += _batch_join(claims.more(holding=len(batch)), ends=ends)
             if not batch:
                 return
+            now = time.monotonic()
             for entry in batch:
                 if entry.call_done():
                     entry.advance(entry.call_outcome())
+                elif entry.call_overdue(now):
+                    entry.time_out()
             if time.monotonic() - polled >= _config("CANCEL_POLL_SECONDS"):
                 _abandon_lost([entry for entry in batch if entry.in_call()])
                 polled = time.monotonic()
@@ -191,13 +201,22 @@ def _batch_execute(
                 continue
             calls = [entry.future for entry in batch if entry.in_call()]
             if calls:
-                wait(calls, timeout=_config("CANCEL_POLL_SECONDS"), return_when=FIRST_COMPLETED)
+                wait(calls, timeout=_poll_timeout(batch), return_when=FIRST_COMPLETED)
     finally:
         stranded = [entry for entry in batch if not entry.done]
         for entry in stranded:
             entry.drop()
         if stranded:
             _record_quietly(services.runs_release, [entry.lease for entry in stranded])
+
+
+def _poll_timeout(batch: list["_RunInBatch"]) -> float:
+    """How long to wait for a slow call: until the next poll, or the next call's deadline."""
+    timeout = _config("CANCEL_POLL_SECONDS")
+    deadlines = [e.wants.deadline for e in batch if e.in_call() and e.wants.deadline is not None]
+    if deadlines:
+        timeout = min(timeout, max(0.0, min(deadlines) - time.monotonic()))
+    return timeout
 
 
 def _slice(lease: Lease) -> Step:
@@ -250,6 +269,10 @@ class _RunInBatch:
     def call_done(self) -> bool:
         return self.future is not None and self.future.done()
 
+    def call_overdue(self, now: float) -> bool:
+        deadline = self.wants.deadline if self.future is not None else None
+        return deadline is not None and now >= deadline
+
     def call_outcome(self) -> Any:
         future, self.future = self.future, None
         return future.exception() or future.result()
@@ -298,6 +321,11 @@ class _RunInBatch:
         """The run was stopped or taken over during its slow call: cancel the call."""
         self.drop()
         self.advance(RunAbandoned(f"run {self.lease.run_id} stopped while waiting"))
+
+    def time_out(self) -> None:
+        """The slow call ran past its deadline: cancel it and tell the step."""
+        self.drop()
+        self.advance(CallTimedOut(f"run {self.lease.run_id}: the call ran out of time"))
 
     def drop(self) -> None:
         if self.future is not None:
@@ -594,11 +622,22 @@ def _tool_outcome(
     )
     try:
         if tool.blocking:
-            result = yield SlowCall(lambda: tool.executor(validated, context), token)
+            deadline = time.monotonic() + tool.timeout()
+            result = yield SlowCall(lambda: tool.executor(validated, context), token, deadline)
         else:
             result = tool.executor(validated, context)
     except ToolError as error:
         return ToolOutcome(ToolStatus.FAILED, arguments, {"error": str(error)})
+    except CallTimedOut:
+        logger.warning("tool %s of run %s timed out after %ss", name, run.pk, tool.timeout())
+        return ToolOutcome(
+            ToolStatus.FAILED,
+            arguments,
+            {
+                "error": f"{name} took longer than {tool.timeout():g} seconds and was stopped",
+                "timed_out": True,
+            },
+        )
     except ToolCancelled as cancelled:
         raise RunAbandoned(str(cancelled)) from cancelled
     except RunAbandoned:

@@ -67,6 +67,7 @@ class ApprovalMachine(RuleBasedStateMachine):
         self.principals = principals
         self.runs: list = []
         self.approval_seen: dict[int, str] = {}
+        self.stopped: dict = {}
         self.run_seen: dict = {}
         # Everything this example writes is rolled back in teardown.
         self._example = transaction.atomic()
@@ -225,8 +226,23 @@ class ApprovalMachine(RuleBasedStateMachine):
         assert AgentRun.objects.get(pk=run.pk).status == RunStatus.CANCELLED
         if waiting_on is not None:
             assert Approval.objects.get(interrupt_id=waiting_on).status == ApprovalStatus.CANCELLED
+        # After a stop answers, no side effect may be committed for the run, ever.
+        self.stopped[run.pk] = Refund.objects.filter(
+            idempotency_key__startswith=f"agent:{run.pk}:"
+        ).count()
 
     # --- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def a_finished_run_owns_nothing_open_and_a_stopped_one_moves_no_more_money(self):
+        finished = AgentRun.objects.filter(pk__in=self.runs, status__in=FINISHED_STATUSES)
+        assert not Approval.objects.filter(
+            run__in=finished,
+            status__in=[ApprovalStatus.PENDING_APPROVAL, ApprovalStatus.APPROVED_EXECUTING],
+        ).exists()
+        for run_id, refunds in self.stopped.items():
+            paid = Refund.objects.filter(idempotency_key__startswith=f"agent:{run_id}:").count()
+            assert paid == refunds
 
     @invariant()
     def snapshots_valid_and_agree_with_approvals(self):

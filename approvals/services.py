@@ -578,8 +578,8 @@ def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[
                 "interrupt_id": approval.interrupt_id,
                 "tool_name": approval.tool_name,
                 "result": approval.result,
-                "notice": f"The {approval.tool_name.replace('_', ' ')} was carried out before "
-                "the request ended.",
+                "notice": f"The {CALL_NAMES.get(approval.tool_name, approval.tool_name)} was "
+                "carried out before the request ended.",
             },
         )
         for approval in executed
@@ -587,8 +587,12 @@ def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[
     ]
 
 
+# What a call does, in the customer's words, for the notices of its end.
+CALL_NAMES = {"issue_refund": "refund"}
+
+
 def _cancelled_event(approval: Approval, cause: str) -> dict[str, Any]:
-    what = approval.tool_name.replace("_", " ")
+    what = CALL_NAMES.get(approval.tool_name, approval.tool_name.replace("_", " "))
     why = {
         CancelCause.RUN_CANCELLED: "the request was stopped",
         CancelCause.APPROVER_REVOKED: "the person who approved it may no longer decide",
@@ -600,7 +604,7 @@ def _cancelled_event(approval: Approval, cause: str) -> dict[str, Any]:
         "tool_name": approval.tool_name,
         "was": approval.status,
         "cause": cause,
-        "notice": f"Nothing was done: the {what} was cancelled because {why}.",
+        "notice": f"Nothing was done: the {what} did not go ahead because {why}.",
     }
 
 

@@ -351,6 +351,11 @@ def _chat_context(conversation: Conversation | None) -> dict:
     for row, following in itertools.pairwise(rows):
         # The customer answered the agent's question: the run's answer shows once, last.
         row.answered_later = row.run_id is not None and following.run_id == row.run_id
+    notices = run_selectors.run_end_notices(
+        [row.run_id for row in rows if row.run and row.run.is_finished]
+    )
+    for row in rows:
+        row.notices = notices.get(row.run_id, [])
     return {"conversation": conversation, "rows": rows}
 
 

@@ -58,6 +58,22 @@ def pending_field_names() -> list[str]:
     return [name for kind in extensions.wait_kinds() for name in kind.pending_fields]
 
 
+def run_end_notices(run_ids: list) -> dict[Any, list[str]]:
+    """What the ends of these runs did to the items they owned, in plain words, by run: the
+    `notice` of the events the run-end hooks reported."""
+    notices: dict[Any, list[str]] = {}
+    if not run_ids:
+        return notices
+    events = (
+        RunEvent.objects.filter(run_id__in=run_ids, data__has_key="notice")
+        .order_by("run_id", "seq")
+        .values_list("run_id", "data")
+    )
+    for run_id, data in events:
+        notices.setdefault(run_id, []).append(data["notice"])
+    return notices
+
+
 def run_receipt(*, run: AgentRun, idempotency_key: str) -> RunInput | None:
     """The receipt a key left on a run, whoever's key it was (the newest, should two
     principals have used the same key)."""

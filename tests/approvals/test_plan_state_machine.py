@@ -25,7 +25,14 @@ from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
 from approvals import plans
-from approvals.models import TICKET_OPEN_STATUSES, BusinessEvent, Proposal, Ticket, TicketStatus
+from approvals.models import (
+    TICKET_OPEN_STATUSES,
+    BusinessEvent,
+    BusinessEventKind,
+    Proposal,
+    Ticket,
+    TicketStatus,
+)
 from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunInput, RunStatus
 from tests import factories
@@ -142,6 +149,17 @@ class PlanMachine(RuleBasedStateMachine):
         services.run_cancel(run=AgentRun.objects.get(pk=self.run.pk))
 
     # --- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def a_run_that_ended_left_its_plan_closed_and_said_so(self):
+        run = AgentRun.objects.get(pk=self.run.pk)
+        ticket = Ticket.objects.get(pk=self.ticket.pk)
+        if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+            return
+        assert ticket.status not in (*TICKET_OPEN_STATUSES, TicketStatus.APPROVED)
+        if ticket.status == TicketStatus.CANCELLED:
+            assert ticket.events.filter(kind=BusinessEventKind.CANCELLED).count() == 1
+            assert RunEvent.objects.filter(run=run, type="plan.cancelled").count() == 1
 
     @invariant()
     def the_ticket_moves_only_along_the_state_machine(self):

@@ -60,3 +60,24 @@ def test_opening_the_chat_writes_nothing(demo, signed_in, live_server):
     assert "No messages yet." in alice.inner_text("#chat-messages")
     alice.wait_for_timeout(1500)  # a few htmx polls
     assert not Conversation.objects.exists()
+
+
+def test_stopping_a_refund_that_waits_tells_the_customer_nothing_was_done(
+    demo, signed_in, live_server
+):
+    # given alice's refund waits for a supervisor
+    alice = signed_in("alice")
+    alice.set_viewport_size({"width": 390, "height": 844})
+    alice.goto(f"{live_server.url}/portal/chat/")
+    _send(alice, "I want a refund for ORD-1003 amount 20")
+    worker.tick()
+    alice.wait_for_selector("text=waiting for a supervisor", timeout=10000)
+
+    # when she stops it
+    _send(alice, "/stop")
+
+    # then the page says plainly that nothing was refunded
+    notice = alice.wait_for_selector(".notice", timeout=10000)
+    assert "Nothing was done" in notice.inner_text()
+    assert "stopped" in notice.inner_text()
+    screenshot(alice, "chat-stopped-refund-phone")

@@ -4,6 +4,7 @@ command keeps: CLOSED is final, and starting a queued message respects the open-
 import uuid
 
 import pytest
+from django.contrib.auth.models import User
 
 from runs import services, worker
 from runs.models import AgentRun, Conversation, ConversationStatus, RunStatus
@@ -124,3 +125,25 @@ def test_release_waits_for_an_open_run_slot_before_starting_a_held_message(demo,
     report = services.maintain()
     assert report["conversations_start_waiting"] == 1
     assert _statuses(conversation) == ["STARTED"]
+
+
+def test_reset_and_switch_work_from_the_chat_page(demo, client, alice):
+    # given alice signed in to the chat, with a second conversation of hers
+    client.force_login(User.objects.get(username="alice"))
+    client.post("/portal/chat/", {"text": STATUS})
+    first = Conversation.objects.get(customer__username="alice")
+    other = _open(alice)
+
+    # when she resets the chat, then switches to the other conversation
+    reset = client.post("/portal/chat/", {"text": "/reset"}, follow=True)
+    switched = client.post("/portal/chat/", {"text": f"/switch {first.pk}"}, follow=True)
+    back = client.post("/portal/chat/", {"text": f"/switch {other}"}, follow=True)
+    bad = client.post("/portal/chat/", {"text": "/switch nowhere"})
+
+    # then each is said on the page, and a bad id is a form error, not an error page
+    assert "Started afresh" in reset.text
+    assert "Switched to the other conversation." in switched.text
+    assert STATUS in switched.text  # the first conversation is the one shown
+    assert "No messages yet." in back.text  # and now the other, empty one
+    assert bad.status_code == 200
+    assert "Name the conversation to switch to: /switch &lt;conversation id&gt;." in bad.text

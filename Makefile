@@ -15,7 +15,11 @@ $(INSTALLED): pyproject.toml
 
 install: $(INSTALLED)
 
-demo: $(INSTALLED)
+# The demo's own random secret key, made once (settings read it when DJANGO_SECRET_KEY is unset).
+.demo-secret-key:
+	$(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
+
+demo: $(INSTALLED) .demo-secret-key
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py runportal
@@ -31,7 +35,7 @@ format: $(INSTALLED)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-bench: $(INSTALLED)
+bench: $(INSTALLED) .demo-secret-key
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py bench --runs 2000 --workers 2

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -23,8 +24,26 @@ def env_float(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "agentportal-insecure-development-key")
 DEBUG = env_bool("DJANGO_DEBUG")
+
+# The key that signs sessions, CSRF tokens and django-q2's queued tasks. A known key lets
+# anyone who can write a queue row run code in the worker, so there is no default: the
+# environment gives it, or the demo's own random key (made once by `make demo`, git-ignored).
+DEMO_SECRET_KEY_FILE = Path(
+    os.environ.get("AGENTPORTAL_DEMO_SECRET_KEY_FILE") or BASE_DIR / ".demo-secret-key"
+)
+KNOWN_KEYS = {"", "agentportal-insecure-development-key"}
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
+if not SECRET_KEY and DEMO_SECRET_KEY_FILE.exists():
+    SECRET_KEY = DEMO_SECRET_KEY_FILE.read_text().strip()
+if SECRET_KEY in KNOWN_KEYS:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set: set it to a long random secret (or run `make demo`, "
+            "which makes one for the demo)."
+        )
+    # Development only (DEBUG on): one key every process of the checkout shares.
+    SECRET_KEY = "agentportal-debug-only-key"
 ALLOWED_HOSTS = [
     host.strip()
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
@@ -48,6 +67,25 @@ INSTALLED_APPS = [
     "runs",
     "approvals",
 ]
+
+# Behind a TLS-terminating proxy (AGENTPORTAL_HTTPS=1): trust its X-Forwarded-Proto, send
+# plain http to https, ask browsers to keep to https, and send cookies over https only.
+HTTPS = env_bool("AGENTPORTAL_HTTPS")
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
+if HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    # The proxy's health checks may come over plain http.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env_int("AGENTPORTAL_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AGENTPORTAL_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("AGENTPORTAL_HSTS_PRELOAD", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -1,0 +1,93 @@
+"""Secure by default: no known secret key, and TLS behind a proxy by one setting."""
+
+import os
+import secrets
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+
+PRODUCTION = {
+    "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+    "DJANGO_ALLOWED_HOSTS": "portal.example.com",
+    "DJANGO_CSRF_TRUSTED_ORIGINS": "https://portal.example.com",
+    "AGENTPORTAL_HTTPS": "1",
+}
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    base = {
+        key: value
+        for key, value in os.environ.items()
+        # (not what other tests set for themselves, such as the browser tests' async switch)
+        if not key.startswith("DJANGO_")
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=settings.BASE_DIR,
+        env={
+            **base,
+            "DJANGO_SETTINGS_MODULE": "agentportal.settings",
+            "AGENTPORTAL_DEMO_SECRET_KEY_FILE": "/nonexistent/demo-key",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("key", [None, "", "agentportal-insecure-development-key"])
+def test_without_a_secret_key_the_product_refuses_to_start_in_one_sentence(key):
+    env = {} if key is None else {"DJANGO_SECRET_KEY": key}
+
+    started = _manage("check", **env)
+
+    assert started.returncode != 0
+    assert started.stderr.strip() == (
+        "agentportal: DJANGO_SECRET_KEY is not set: set it to a long random secret "
+        "(or run `make demo`, which makes one for the demo)."
+    )
+
+
+def test_the_documented_production_environment_passes_the_deploy_checks():
+    checked = _manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+
+    assert checked.returncode == 0, checked.stderr
+    assert "no issues" in checked.stdout
+
+
+HTTPS_BEHIND_A_PROXY = {
+    "SECURE_PROXY_SSL_HEADER": ("HTTP_X_FORWARDED_PROTO", "https"),
+    "SECURE_SSL_REDIRECT": True,
+    "SECURE_REDIRECT_EXEMPT": [r"^healthz$"],
+    "SESSION_COOKIE_SECURE": True,
+    "CSRF_COOKIE_SECURE": True,
+    "CSRF_TRUSTED_ORIGINS": ["https://testserver"],
+}
+
+
+@pytest.mark.django_db
+@override_settings(**HTTPS_BEHIND_A_PROXY)
+def test_behind_a_tls_proxy_people_sign_in_and_plain_http_is_sent_to_https():
+    User.objects.create_user("sam", password="a long password")
+    browser = Client(enforce_csrf_checks=True)
+    over_tls = {"HTTP_X_FORWARDED_PROTO": "https"}
+
+    # plain http goes to https, but the proxy's health check does not
+    assert browser.get("/portal/").status_code == 301
+    assert browser.get("/healthz").status_code != 301
+
+    # a sign-in through the proxy, with the browser's Origin, is accepted
+    browser.get("/accounts/login/", **over_tls)
+    token = browser.cookies["csrftoken"].value
+    signed_in = browser.post(
+        "/accounts/login/",
+        {"username": "sam", "password": "a long password", "csrfmiddlewaretoken": token},
+        HTTP_ORIGIN="https://testserver",
+        **over_tls,
+    )
+    assert signed_in.status_code == 302, signed_in.content[:300]
+    assert browser.cookies["sessionid"]["secure"]

@@ -6,6 +6,7 @@ from datetime import UTC
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions
 
@@ -40,6 +41,7 @@ TITLES = {
     "idempotency_key_reused": "Idempotency-Key reused with another request",
     "too_many_open_runs": "Too many open runs",
     "rate_limited": "Too many requests",
+    "payload_too_large": "Payload too large",
     "server_error": "Internal server error",
 }
 
@@ -191,6 +193,8 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse:
         return from_problem(request, problem_of(exc))
     if isinstance(exc, Problem):
         return from_problem(request, exc)
+    if isinstance(exc, RequestDataTooBig):
+        return problem_response(request, 413, "payload_too_large", "The body is too large.")
     if isinstance(exc, exceptions.ValidationError):
         return problem_response(
             request,

@@ -18,6 +18,20 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class TextField(StrictCharField):
+    """What a person writes (a message, an answer): it must say something, not only blanks;
+    it is kept as written."""
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data):
+        text = super().to_internal_value(data)
+        if not text.strip():
+            self.fail("blank")
+        return text
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An IntegerField that refuses text, floats and booleans instead of converting them."""
 

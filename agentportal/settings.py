@@ -89,6 +89,7 @@ if HTTPS:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "agentportal.middleware.HostileInputMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -190,7 +191,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agentportal.parsers.LimitedJSONParser"],
     "EXCEPTION_HANDLER": "agentportal.problems.exception_handler",
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "agentportal.negotiation.JSONFallbackNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -1,14 +1,19 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from agentportal.serializers import StrictCharField, StrictIntegerField, StrictSerializer
+from agentportal.serializers import (
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+    TextField,
+)
 from runs import extensions
 from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput
 from runs.selectors import run_pending
 
 
 class RunCreateSerializer(StrictSerializer):
-    message = StrictCharField(min_length=1, max_length=4000, trim_whitespace=False)
+    message = TextField(min_length=1, max_length=4000)
     account = StrictCharField(required=False, min_length=1, max_length=150)
 
 
@@ -73,7 +78,7 @@ class RunPageSerializer(serializers.Serializer):
 class RunInputCreateSerializer(StrictSerializer):
     interrupt_id = StrictCharField(min_length=1, max_length=64)
     run_version = StrictIntegerField(min_value=1)
-    text = StrictCharField(min_length=1, max_length=4000, trim_whitespace=False)
+    text = TextField(min_length=1, max_length=4000)
 
 
 class ReceiptSerializer(serializers.ModelSerializer):
@@ -116,7 +121,7 @@ class ConversationSerializer(serializers.ModelSerializer):
 
 
 class MessageCreateSerializer(StrictSerializer):
-    text = StrictCharField(min_length=1, max_length=4000, trim_whitespace=False)
+    text = TextField(min_length=1, max_length=4000)
 
 
 class MessageSerializer(serializers.ModelSerializer):

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from agentportal.models import ApiKey, Merchant, Role
@@ -41,3 +42,11 @@ class Principal:
     @property
     def name(self) -> str:
         return self.user.get_username() if self.user else f"service:{self.merchant.slug}"
+
+    @property
+    def public_name(self) -> str:
+        """How the shop's customers see who acted: a customer by their login name, the shop's
+        staff and integrations by AGENTPORTAL_STAFF_DISPLAY_NAME, never by theirs."""
+        if self.is_customer:
+            return self.name
+        return settings.AGENTPORTAL["STAFF_DISPLAY_NAME"]

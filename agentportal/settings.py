@@ -157,7 +157,12 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTH_PASSWORD_VALIDATORS = []
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/portal/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -240,6 +245,8 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
+    # How customers see whoever of the shop's staff decided (never their login name).
+    "STAFF_DISPLAY_NAME": os.environ.get("AGENTPORTAL_STAFF_DISPLAY_NAME", "a supervisor"),
     # How long a blocking tool call may take before it is abandoned (a tool may declare less).
     "TOOL_TIMEOUT_SECONDS": env_float("AGENTPORTAL_TOOL_TIMEOUT_SECONDS", 30.0),
     "RUN_DEADLINE_SECONDS": env_int("AGENTPORTAL_RUN_DEADLINE_SECONDS", 600),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -605,7 +606,9 @@ def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
     details = {
         "ticket_id": str(event.ticket_id),
         "proposal_version": event.proposal_version,
-        "by": event.actor,
+        "by": event.actor
+        if event.actor_user_id == run.account_id
+        else settings.AGENTPORTAL["STAFF_DISPLAY_NAME"],
         "business_event_id": event.pk,
     }
     if event.kind in (BusinessEventKind.CONFIRMED, BusinessEventKind.CHANGES_REQUESTED):

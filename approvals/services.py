@@ -448,7 +448,7 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
                 {
                     "interrupt_id": approval.interrupt_id,
                     "decision": request.decision,
-                    "decided_by": principal.name,
+                    "decided_by": principal.public_name,
                     "reason": request.reason or None,
                     "tool_args": approved,
                 },

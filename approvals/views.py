@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from agentportal import errors
@@ -44,6 +45,7 @@ class DecisionForm(forms.Form):
     reason = forms.CharField(required=False, max_length=2000)
 
 
+@never_cache
 @login_required
 def portal_home(request):
     if supervises_any(request.user):
@@ -58,6 +60,7 @@ def portal_home(request):
     return render(request, "portal/customer_home.html", {"runs": runs})
 
 
+@never_cache
 @login_required
 def inbox_rows(request):
     """The inbox's live part, polled by htmx."""
@@ -66,6 +69,7 @@ def inbox_rows(request):
     return render(request, "portal/_inbox_rows.html", _inbox_context(request))
 
 
+@never_cache
 @login_required
 def inbox_plans(request):
     """The inbox's plans, polled by htmx."""
@@ -88,6 +92,7 @@ def _inbox_context(request) -> dict:
     }
 
 
+@never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def approval_page(request, interrupt_id: str):
@@ -212,6 +217,7 @@ PLAN_DONE = {
 }
 
 
+@never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def ticket_page(request, ticket_id):
@@ -312,6 +318,7 @@ def _chat_conversation(principal: Principal, *, create: bool) -> Conversation | 
     return current
 
 
+@never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def chat_page(request):
@@ -335,6 +342,7 @@ def chat_page(request):
     return render(request, "portal/chat.html", {**_chat_context(conversation), "form": form})
 
 
+@never_cache
 @login_required
 def chat_messages(request):
     """The chat's live part, polled by htmx."""

@@ -36,6 +36,13 @@ def signed_in(browser, live_server):
         context = browser.new_context()
         contexts.append(context)
         page = context.new_page()
+        # Whatever the Content-Security-Policy blocks would be a page that half works.
+        page.on(
+            "console",
+            lambda message: (
+                "Content Security Policy" in message.text and blocked.append(message.text)
+            ),
+        )
         page.goto(f"{live_server.url}/portal/")
         page.fill("#id_username", username)
         page.fill("#id_password", password)
@@ -43,9 +50,11 @@ def signed_in(browser, live_server):
         page.wait_for_url(f"{live_server.url}/portal/")
         return page
 
+    blocked: list[str] = []
     yield sign_in
     for context in contexts:
         context.close()
+    assert blocked == [], blocked
 
 
 def screenshot(page, name: str) -> None:

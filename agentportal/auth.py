@@ -8,6 +8,7 @@ from agentportal.models import ApiKey, ApiKeyRole, Role
 from agentportal.principals import Principal
 from agentportal.selectors import membership_current
 from agentportal.services import api_key_hash, api_key_parse_prefix
+from agentportal.throttles import AuthFailures
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -18,9 +19,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         scheme, _, raw_key = header.partition(" ")
-        if scheme.lower() != "bearer" or not raw_key.strip():
-            raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <api key>'.")
-        principal = principal_for_key(raw_key.strip())
+        try:
+            if scheme.lower() != "bearer" or not raw_key.strip():
+                raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <api key>'.")
+            principal = principal_for_key(raw_key.strip())
+        except exceptions.AuthenticationFailed:
+            # Counted only when a key is wrong: a right one costs nothing more.
+            AuthFailures(request).record_and_check()
+            raise
         return (principal.user or principal, principal)
 
     def authenticate_header(self, request):

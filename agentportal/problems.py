@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 from datetime import UTC
 from typing import Any
 
@@ -231,7 +232,14 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse:
     if isinstance(exc, exceptions.UnsupportedMediaType):
         return problem_response(request, 415, "unsupported_media_type", str(exc.detail))
     if isinstance(exc, exceptions.Throttled):
-        return problem_response(request, 429, "rate_limited", str(exc.detail))
+        wait = max(1, math.ceil(exc.wait or 1))
+        return problem_response(
+            request,
+            429,
+            "rate_limited",
+            f"Too many requests; try again in {wait} seconds.",
+            headers={"Retry-After": str(wait)},
+        )
     if isinstance(exc, exceptions.APIException):
         return problem_response(request, exc.status_code, "error", str(exc.detail))
     logger.exception("unhandled error in %s", request.path if request else "API")

@@ -176,6 +176,14 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
         **DATABASES["default"].get("OPTIONS", {}),
     }
 
+# One cache every web node shares: the rate limits count in it.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "agentportal_cache",
+    }
+}
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -219,6 +227,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["agentportal.parsers.LimitedJSONParser"],
     "EXCEPTION_HANDLER": "agentportal.problems.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["agentportal.throttles.ApiKeyRateThrottle"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "agentportal.negotiation.JSONFallbackNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -266,6 +275,9 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
+    # Requests per API key (per address without one), and wrong keys per address a minute.
+    "API_RATE": os.environ.get("AGENTPORTAL_API_RATE", "600/minute"),
+    "AUTH_FAILURES_PER_MINUTE": env_int("AGENTPORTAL_AUTH_FAILURES_PER_MINUTE", 20),
     # How customers see whoever of the shop's staff decided (never their login name).
     "STAFF_DISPLAY_NAME": os.environ.get("AGENTPORTAL_STAFF_DISPLAY_NAME", "a supervisor"),
     # How long a blocking tool call may take before it is abandoned (a tool may declare less).

@@ -1060,7 +1060,8 @@ def test_approvals_list_costs_the_same_queries_at_10_and_1000(
     bulk_approvals(run, 10)
     with CaptureQueriesContext(connection) as at_10:
         assert sam.get(APPROVALS).status_code == 200
-    assert len(at_10) <= 8, [q["sql"] for q in at_10.captured_queries]
+    # (3 of them count the key's requests for its rate limit, in the shared cache)
+    assert len(at_10) <= 11, [q["sql"] for q in at_10.captured_queries]
 
     # when: a thousand
     bulk_approvals(run, 990, start=10)

@@ -1,0 +1,14 @@
+"""The database cache's table (settings.CACHES), so that `migrate` alone sets a machine up."""
+
+from django.core.management import call_command
+from django.db import migrations
+
+
+def create_cache_table(apps, schema_editor):
+    call_command("createcachetable", database=schema_editor.connection.alias, verbosity=0)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("agentportal", "0001_initial")]
+
+    operations = [migrations.RunPython(create_cache_table, migrations.RunPython.noop)]

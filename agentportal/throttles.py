@@ -1,0 +1,47 @@
+"""Rate limits for the API, counted in the cache every web node shares (the database's)."""
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework import exceptions
+from rest_framework.throttling import SimpleRateThrottle
+
+from agentportal.principals import Principal
+
+
+class ApiKeyRateThrottle(SimpleRateThrottle):
+    """AGENTPORTAL_API_RATE requests per key (default 600 a minute); requests without a key
+    are counted per address."""
+
+    scope = "api"
+
+    def get_rate(self) -> str:
+        return settings.AGENTPORTAL["API_RATE"]
+
+    def get_cache_key(self, request, view) -> str:
+        principal = request.auth
+        if isinstance(principal, Principal) and principal.api_key is not None:
+            ident = f"key:{principal.api_key.pk}"
+        else:
+            ident = f"address:{self.get_ident(request)}"
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+class AuthFailures:
+    """Wrong API keys, counted per address for a minute: past AGENTPORTAL_AUTH_FAILURES_PER_
+    MINUTE, a wrong key from that address is answered 429, not 401."""
+
+    window = 60
+
+    def __init__(self, request) -> None:
+        address = request.META.get("REMOTE_ADDR", "")
+        self.key = f"auth-failures:{address}"
+
+    def record_and_check(self) -> None:
+        count = 1
+        if not cache.add(self.key, 1, timeout=self.window):
+            try:
+                count = cache.incr(self.key)
+            except ValueError:  # expired between the two calls
+                cache.add(self.key, 1, timeout=self.window)
+        if count > settings.AGENTPORTAL["AUTH_FAILURES_PER_MINUTE"]:
+            raise exceptions.Throttled(wait=self.window)

@@ -275,6 +275,9 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
+    # Failed sign-ins per user name and address before that pair waits out the window.
+    "LOGIN_FAILURES": env_int("AGENTPORTAL_LOGIN_FAILURES", 5),
+    "LOGIN_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),
     # Requests per API key (per address without one), and wrong keys per address a minute.
     "API_RATE": os.environ.get("AGENTPORTAL_API_RATE", "600/minute"),
     "AUTH_FAILURES_PER_MINUTE": env_int("AGENTPORTAL_AUTH_FAILURES_PER_MINUTE", 20),

@@ -5,13 +5,20 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agentportal import views
+from agentportal.forms import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
+
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/portal/", permanent=False)),
     path("portal/", include("approvals.portal_urls")),
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(authentication_form=ThrottledAuthenticationForm),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

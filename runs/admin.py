@@ -5,22 +5,9 @@ from pydantic import ValidationError
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
 from agentportal.selectors import user_is_operator
-from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, RunStatus, ToolExecution
+from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, ToolExecution
 from runs.releases import GRAPH_RELEASES, ReleaseManifest
 from runs.services import release_save, run_cancel, run_parked_fail, run_unpark
-
-
-class ParkedFilter(admin.SimpleListFilter):
-    title = "parked for an operator"
-    parameter_name = "parked"
-
-    def lookups(self, request, model_admin):
-        return [("yes", "parked")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "yes":
-            return queryset.filter(status=RunStatus.PARKED)
-        return queryset
 
 
 class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -58,7 +45,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         "error_detail",
         "created_at",
     ]
-    list_filter = ["status", ParkedFilter, "graph_version", "merchant"]
+    list_filter = ["status", "graph_version", "merchant"]
     search_fields = ["id", "account__username", "idempotency_key"]
     actions = ["cancel_selected", "unpark_selected", "fail_parked_selected"]
     list_select_related = ["merchant", "account"]
@@ -96,7 +83,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     def get_list_filter(self, request):
         if request.user.is_superuser:
             return self.list_filter
-        return ["status", ParkedFilter, "graph_version"]
+        return ["status", "graph_version"]
 
     @admin.action(description="Cancel the selected runs")
     def cancel_selected(self, request, queryset):

@@ -88,7 +88,7 @@ def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api
     worker.tick()
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
     sam, admin = _signed_in("sam"), _signed_in("admin")
-    parked = admin.get("/admin/runs/agentrun/?parked=yes")
+    parked = admin.get("/admin/runs/agentrun/?status__exact=PARKED")
     assert str(run.pk) in parked.text
 
     # when: a supervisor tries (the action is not theirs), then the operator

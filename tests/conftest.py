@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
@@ -32,6 +33,14 @@ def pytest_configure(config):
 def fast_passwords(settings):
     """The demo data hashes seven passwords; the slow default hasher proves nothing here."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def fresh_cache(db):
+    """An empty shared cache, before and after: what the rate limits and sign-in counts see."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture

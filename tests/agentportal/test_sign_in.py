@@ -1,17 +1,9 @@
 """Guessing passwords is slowed down on the portal's and the admin's sign-in pages."""
 
 import pytest
-from django.core.cache import cache
 from django.test import Client
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_counts():
-    cache.clear()
-    yield
-    cache.clear()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_cache")]
 
 
 @pytest.mark.parametrize("page", ["/accounts/login/", "/admin/login/"])

@@ -2,19 +2,11 @@
 Retry-After."""
 
 import pytest
-from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from tests.problems import assert_problem
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_counts():
-    cache.clear()
-    yield
-    cache.clear()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_cache")]
 
 
 def test_a_key_past_its_rate_gets_429_with_retry_after(demo, api, settings):

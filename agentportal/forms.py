@@ -4,41 +4,40 @@ from django import forms
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.cache import cache
+
+from agentportal.counters import WindowCounter, client_address, counter_key
 
 
 class LoginAttempts:
-    """Failed sign-ins per user name and address, in the cache every web node shares: past
-    AGENTPORTAL_LOGIN_FAILURES (default 5) in AGENTPORTAL_LOGIN_LOCK_SECONDS, that pair is
-    refused until the window passes, even with the right password."""
+    """Failed sign-ins per user name and address: past AGENTPORTAL_LOGIN_FAILURES (default 5)
+    in AGENTPORTAL_LOGIN_LOCK_SECONDS, that pair is refused until the window passes, even
+    with the right password."""
 
     def __init__(self, request, username: str) -> None:
-        address = request.META.get("REMOTE_ADDR", "") if request is not None else ""
-        self.key = f"login-failures:{username.strip().lower()}:{address}"
+        address = client_address(request) if request is not None else ""
+        self.counter = WindowCounter(
+            counter_key("login-failures", username.strip(), address), self.window()
+        )
 
     @staticmethod
     def window() -> int:
         return settings.AGENTPORTAL["LOGIN_LOCK_SECONDS"]
 
     def locked(self) -> bool:
-        return (cache.get(self.key) or 0) >= settings.AGENTPORTAL["LOGIN_FAILURES"]
+        return self.counter.count() >= settings.AGENTPORTAL["LOGIN_FAILURES"]
 
     def failed(self) -> None:
-        if not cache.add(self.key, 1, timeout=self.window()):
-            try:
-                cache.incr(self.key)
-            except ValueError:  # expired between the two calls
-                cache.add(self.key, 1, timeout=self.window())
+        self.counter.add()
 
     def clear(self) -> None:
-        cache.delete(self.key)
+        self.counter.clear()
 
 
 class _Throttled:
     """What both sign-in forms add to Django's: the attempts are counted and capped."""
 
     def clean(self):
-        attempts = LoginAttempts(self.request, self.data.get("username", ""))
+        attempts = LoginAttempts(self.request, str(self.data.get("username", "")))
         if attempts.locked():
             minutes = max(1, round(attempts.window() / 60))
             raise forms.ValidationError(
@@ -49,7 +48,9 @@ class _Throttled:
         except forms.ValidationError:
             attempts.failed()
             raise
-        attempts.clear()
+        if self.get_user() is not None:
+            # Only a sign-in that succeeded clears the count (a blank password signs nobody in).
+            attempts.clear()
         return cleaned
 
 

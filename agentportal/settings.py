@@ -275,6 +275,9 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
+    # How many proxies in front of the web server append to X-Forwarded-For (0: none, and a
+    # client's own header is ignored); one behind AGENTPORTAL_HTTPS unless said otherwise.
+    "TRUSTED_PROXIES": env_int("AGENTPORTAL_TRUSTED_PROXIES", 1 if HTTPS else 0),
     # Failed sign-ins per user name and address before that pair waits out the window.
     "LOGIN_FAILURES": env_int("AGENTPORTAL_LOGIN_FAILURES", 5),
     "LOGIN_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),

@@ -1,10 +1,10 @@
 """Rate limits for the API, counted in the cache every web node shares (the database's)."""
 
 from django.conf import settings
-from django.core.cache import cache
 from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
+from agentportal.counters import WindowCounter, client_address, counter_key
 from agentportal.principals import Principal
 
 
@@ -22,7 +22,7 @@ class ApiKeyRateThrottle(SimpleRateThrottle):
         if isinstance(principal, Principal) and principal.api_key is not None:
             ident = f"key:{principal.api_key.pk}"
         else:
-            ident = f"address:{self.get_ident(request)}"
+            ident = f"address:{client_address(request)}"
         return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
@@ -33,15 +33,10 @@ class AuthFailures:
     window = 60
 
     def __init__(self, request) -> None:
-        address = request.META.get("REMOTE_ADDR", "")
-        self.key = f"auth-failures:{address}"
+        self.counter = WindowCounter(
+            counter_key("auth-failures", client_address(request)), self.window
+        )
 
     def record_and_check(self) -> None:
-        count = 1
-        if not cache.add(self.key, 1, timeout=self.window):
-            try:
-                count = cache.incr(self.key)
-            except ValueError:  # expired between the two calls
-                cache.add(self.key, 1, timeout=self.window)
-        if count > settings.AGENTPORTAL["AUTH_FAILURES_PER_MINUTE"]:
+        if self.counter.add() > settings.AGENTPORTAL["AUTH_FAILURES_PER_MINUTE"]:
             raise exceptions.Throttled(wait=self.window)

@@ -121,7 +121,8 @@ def ticket_or_404(request, ticket_id):
 
 
 def _ticket_response(request, ticket_id) -> Response:
-    return Response(TicketSerializer(ticket_or_404(request, ticket_id)).data)
+    ticket = ticket_or_404(request, ticket_id)
+    return Response(TicketSerializer(ticket, context={"principal": principal_of(request)}).data)
 
 
 class TicketsView(APIView):
@@ -136,7 +137,13 @@ class TicketsView(APIView):
     def get(self, request):
         tickets = selectors.tickets_visible_to(principal_of(request))
         page, next_cursor = filtered_page(request, tickets, statuses=TicketStatus.values)
-        return Response({"results": TicketSerializer(page, many=True).data, "next": next_cursor})
+        context = {"principal": principal_of(request)}
+        return Response(
+            {
+                "results": TicketSerializer(page, many=True, context=context).data,
+                "next": next_cursor,
+            }
+        )
 
 
 class TicketDetailView(APIView):

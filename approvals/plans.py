@@ -684,7 +684,7 @@ def _review_apply(run: AgentRun, wait: WaitState, event: BusinessEvent, details:
         run_services.run_fail_locked(
             run,
             code=ErrorCode.APPROVER_REVOKED,
-            detail=f"{event.actor} no longer holds a deciding role.",
+            detail="Whoever approved the plan no longer holds a deciding role.",
         )
         return
     _receipt(run, wait, event)

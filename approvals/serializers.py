@@ -1,3 +1,4 @@
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -157,7 +158,12 @@ class TicketSerializer(serializers.ModelSerializer):
         review = _current(ticket.reviews.all(), ticket.version)
         if review is None:
             return None
-        reviewer = review.reviewer.get_username() if review.reviewer else "service"
+        principal = self.context.get("principal")
+        if principal is not None and principal.is_customer:
+            # A customer reads who reviewed as the shop's staff, never by login name.
+            reviewer = settings.AGENTPORTAL["STAFF_DISPLAY_NAME"]
+        else:
+            reviewer = review.reviewer.get_username() if review.reviewer else "service"
         return ReviewSerializer(
             {
                 "proposal_version": review.proposal_version,

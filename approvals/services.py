@@ -191,7 +191,7 @@ def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingT
             advance_step=False,
             fail_with=(
                 ErrorCode.APPROVER_REVOKED,
-                f"{approval.decided_by_name} no longer holds a deciding role.",
+                "Whoever approved the call no longer holds a deciding role.",
             ),
         )
     validated = tool.args_model.model_validate(call.tool_args)

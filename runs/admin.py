@@ -1,4 +1,5 @@
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from pydantic import ValidationError
 
@@ -89,7 +90,8 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     def cancel_selected(self, request, queryset):
         for run in queryset:
             try:
-                run_cancel(run=run, reason=f"cancelled by {request.user.get_username()}")
+                staff = settings.AGENTPORTAL["STAFF_DISPLAY_NAME"]
+                run_cancel(run=run, reason=f"cancelled by {staff}")
             except DomainError as refusal:
                 self.message_user(request, f"Run {run.pk}: {refusal.detail}", messages.WARNING)
             else:

@@ -182,7 +182,9 @@ class RunCancelView(APIView):
     @extend_schema(operation_id="runs_cancel", request=None, responses=RunSerializer)
     def post(self, request, run_id):
         run = run_or_404(request, run_id)
-        run = services.run_cancel(run=run, reason=f"cancelled by {principal_of(request).name}")
+        run = services.run_cancel(
+            run=run, reason=f"cancelled by {principal_of(request).public_name}"
+        )
         return Response(RunSerializer(run).data)
 
 

@@ -126,7 +126,9 @@ def conversation_on_run_finish(run: AgentRun, previous_status: str) -> None:
     """The transaction that ends a run frees its conversation and starts the next message.
 
     Called by the runtime holding the conversation's and the run's locks. The account's
-    open-run limit needs no recount: this run's end and the next one's start commit together.
+    open-run limit needs no recount: this run's end and the next one's start commit together;
+    except for a parked run, which no longer counted: maintain starts the next message of its
+    conversation once the customer has a slot.
     """
     if run.conversation_id is None:
         return
@@ -136,7 +138,11 @@ def conversation_on_run_finish(run: AgentRun, previous_status: str) -> None:
     conversation = Conversation.objects.select_related("merchant", "customer").get(
         pk=run.conversation_id
     )
-    if conversation.status == ConversationStatus.OPEN and conversation.active_run_id is None:
+    if (
+        conversation.status == ConversationStatus.OPEN
+        and conversation.active_run_id is None
+        and previous_status != RunStatus.PARKED
+    ):
         _start_next_locked(conversation)
 
 
@@ -321,7 +327,7 @@ def _active_run_apply(command, outcome: CommandOutcome) -> None:
     conversation = outcome.conversation
     if command.active_run == "cancel":
         outcome.cancelled_run = _cancel_active_locked(
-            conversation, f"{command.name} by {outcome.principal.name}"
+            conversation, f"{command.name} by {outcome.principal.public_name}"
         )
     if (
         conversation.status == ConversationStatus.OPEN
@@ -342,6 +348,9 @@ def command_run(
     outcome = CommandOutcome(conversation=conversation, principal=principal, argument=argument)
     if command.read_only:
         return command.reply(outcome)
+    if conversation.status == ConversationStatus.CLOSED:
+        # Refused before the argument is looked at (checked again under the lock below).
+        raise errors.ConversationClosed("This conversation was closed; use the new one.")
     if command.session == "switch":
         outcome.current = switch_target(conversation, argument)
     with transaction.atomic():

@@ -47,3 +47,21 @@ def test_customers_read_who_decided_by_the_shops_display_name(demo, api):
     [decided] = [event for event in events if event["type"] == "approval.decided"]
     assert decided["data"]["decided_by"] == "a supervisor"
     assert "sam" not in str(events)
+
+
+def test_a_takeover_is_told_to_the_customer_without_the_supervisors_login(demo, api):
+    alice = api("alice")
+    conversation = alice.post("/api/v1/conversations", {}, format="json").json()["id"]
+    said = alice.post(
+        f"/api/v1/conversations/{conversation}/messages",
+        {"text": "What is the status of order ORD-1001?"},
+        format="json",
+    )
+
+    api("sam").post(
+        f"/api/v1/conversations/{conversation}/messages", {"text": "/takeover"}, format="json"
+    )
+
+    events = alice.get(f"/api/v1/runs/{said.json()['run_id']}/events").json()["events"]
+    assert events[-1]["data"]["reason"] == "/takeover by a supervisor"
+    assert "sam" not in str(events)

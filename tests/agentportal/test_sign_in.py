@@ -35,3 +35,46 @@ def test_a_successful_sign_in_clears_the_failures(demo):
         sam.post("/accounts/login/", {"username": "sam", "password": f"typo{guess}"})
 
     assert sam.post("/accounts/login/", {"username": "sam", "password": "demo"}).status_code == 302
+
+
+def test_a_blank_password_does_not_reset_the_count(demo):
+    guesser = Client(REMOTE_ADDR="203.0.113.8")
+    for round_ in range(3):
+        for guess in range(2):
+            guesser.post("/accounts/login/", {"username": "sam", "password": f"g{round_}{guess}"})
+        guesser.post("/accounts/login/", {"username": "sam", "password": ""})
+
+    locked = guesser.post("/accounts/login/", {"username": "sam", "password": "demo"})
+
+    assert "Too many attempts" in locked.text
+
+
+def test_another_spelling_of_the_name_is_the_same_count(demo):
+    guesser = Client(REMOTE_ADDR="203.0.113.9")
+    for guess in range(5):
+        guesser.post("/accounts/login/", {"username": "sam", "password": f"guess{guess}"})
+
+    # fullwidth letters sign in as sam (Django normalizes names), so they are sam's count too
+    fullwidth_sam = "\uff53\uff41\uff4d"
+    locked = guesser.post("/accounts/login/", {"username": fullwidth_sam, "password": "demo"})
+
+    assert "Too many attempts" in locked.text
+
+
+def test_a_nul_character_in_the_name_is_a_form_error(demo):
+    response = Client().post("/accounts/login/", {"username": "sam\x00", "password": "x"})
+
+    assert response.status_code == 200
+
+
+def test_a_clients_own_forwarded_for_header_does_not_reset_its_count(demo):
+    for guess in range(5):
+        Client(REMOTE_ADDR="203.0.113.10", HTTP_X_FORWARDED_FOR=f"10.0.0.{guess}").post(
+            "/accounts/login/", {"username": "sam", "password": f"guess{guess}"}
+        )
+
+    locked = Client(REMOTE_ADDR="203.0.113.10", HTTP_X_FORWARDED_FOR="10.9.9.9").post(
+        "/accounts/login/", {"username": "sam", "password": "demo"}
+    )
+
+    assert "Too many attempts" in locked.text

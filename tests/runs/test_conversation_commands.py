@@ -90,6 +90,7 @@ def test_closed_is_final_for_every_command(demo, api, alice):
         (sam, "/takeover"),
         (alice, "/stop"),
         (alice, "/reset"),
+        (alice, "/switch not-an-id"),
     ):
         assert_problem(_say(client, old, text), 409, "conversation_closed")
 

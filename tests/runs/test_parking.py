@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from runs import services, worker
-from runs.models import AgentRun, ErrorCode, RunStatus
+from runs.models import ACTIVE_STATUSES, AgentRun, ErrorCode, RunStatus
 from tests import factories
 from tests.approvals.test_approval_edges import _approved_refund_with_a_broken_snapshot
 
@@ -81,3 +81,43 @@ def test_an_operator_fails_a_parked_run_from_the_admin(demo, parked, client):
     parked.refresh_from_db()
     assert (parked.status, parked.error_code) == (RunStatus.FAILED, ErrorCode.INTERNAL_ERROR)
     assert parked.approvals.get().status == "CANCELLED"
+
+
+def test_stopping_a_parked_run_starts_the_next_message_only_within_the_limit(demo, api):
+    # given alice's conversation whose run was parked, a message queued behind it, and
+    # three other runs of hers (the parked one did not count)
+    alice = api("alice")
+    conversation = alice.post("/api/v1/conversations", {}, format="json").json()["id"]
+
+    def say(text):
+        return alice.post(
+            f"/api/v1/conversations/{conversation}/messages", {"text": text}, format="json"
+        )
+
+    run_id = say("I want a refund for ORD-1003 amount 20").json()["run_id"]
+    worker.tick()
+    approval = AgentRun.objects.get(pk=run_id).approvals.get()
+    api("sam").post(
+        f"/api/v1/approvals/{approval.interrupt_id}/decision",
+        {"decision": "approve"},
+        format="json",
+    )
+    AgentRun.objects.filter(pk=run_id).update(state_snapshot={"version": 1})
+    worker.tick()
+    assert AgentRun.objects.get(pk=run_id).status == RunStatus.PARKED
+    assert say(STATUS).json()["message"]["status"] == "QUEUED"
+    customer = User.objects.get(username="alice")
+    others = [
+        factories.run_queue(customer=customer, merchant=demo, message=STATUS) for _ in range(3)
+    ]
+
+    # when she stops the parked run
+    stopped = say("/stop")
+
+    # then her queued message waits: a fourth open run would pass her limit
+    assert stopped.json()["result"]["cancelled_run_id"] == run_id
+    open_runs = AgentRun.objects.filter(account=customer, status__in=ACTIVE_STATUSES)
+    assert open_runs.count() == 3
+    # and once one of the others ends, the backstop starts it
+    services.run_cancel(run=others[0])
+    assert services.maintain()["conversations_start_waiting"] == 1

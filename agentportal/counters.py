@@ -1,0 +1,52 @@
+"""Counts of attempts over a fixed window, per client, in the cache every web node shares;
+and the client's address, the same way for every count."""
+
+import hashlib
+import time
+import unicodedata
+
+from django.conf import settings
+from django.core.cache import cache
+
+
+def client_address(request) -> str:
+    """The client's address: the one AGENTPORTAL_TRUSTED_PROXIES proxies in front of this
+    server put in X-Forwarded-For, or the connection's own when there are none (a client's
+    own X-Forwarded-For is then ignored: it could say anything)."""
+    proxies = settings.AGENTPORTAL["TRUSTED_PROXIES"]
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if proxies and forwarded:
+        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+        if hops:
+            return hops[-min(proxies, len(hops))]
+    return request.META.get("REMOTE_ADDR", "")
+
+
+def counter_key(kind: str, *parts: str) -> str:
+    """A cache key for `parts` as a person would mean them: the same name however it is
+    spelled in Unicode or case, and never a character the cache's table refuses."""
+    meant = "\x1f".join(unicodedata.normalize("NFKC", part).casefold() for part in parts)
+    return f"{kind}:{hashlib.sha256(meant.encode()).hexdigest()}"
+
+
+class WindowCounter:
+    """How many times something happened since its first time in the current window; the
+    window does not move with later attempts. Concurrent requests may each miss the other's
+    count: a limit can be passed by as many requests as arrive at the same instant."""
+
+    def __init__(self, key: str, window: int) -> None:
+        self.key, self.window = key, window
+
+    def count(self) -> int:
+        value = cache.get(self.key)
+        return value[0] if value else 0
+
+    def add(self) -> int:
+        now = time.time()
+        count, ends = cache.get(self.key) or (0, now + self.window)
+        count += 1
+        cache.set(self.key, (count, ends), timeout=max(1, int(ends - now)))
+        return count
+
+    def clear(self) -> None:
+        cache.delete(self.key)

@@ -15,11 +15,8 @@ class HostileInputMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if (
-            "\x00" in request.path
-            or "\x00" in request.META.get("QUERY_STRING", "")
-            or any("\x00" in value for values in request.GET.lists() for value in values[1])
-        ):
+        query = (text for name, values in request.GET.lists() for text in (name, *values))
+        if "\x00" in request.path or any("\x00" in text for text in query):
             return self._refuse(request, 400, "validation_error", "NUL characters are not allowed.")
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)

@@ -8,7 +8,7 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The after-sales domain plugs into the generic runtime here; `runs` never imports
         # this app.
-        from approvals import notifications, plans, script, services, tools
+        from approvals import interrupts, notifications, plans, script, services, tools
         from runs import extensions
         from runs.releases import GraphRelease, graph_release_register
 
@@ -23,8 +23,8 @@ class ApprovalsConfig(AppConfig):
                 switches={plans.PLANS_WAIT: False},
             )
         )
-        extensions.interrupt_register(services.APPROVAL_INTERRUPT)
-        extensions.interrupt_register(plans.PLAN_INTERRUPT)
+        extensions.interrupt_register(interrupts.APPROVAL_INTERRUPT)
+        extensions.interrupt_register(interrupts.PLAN_INTERRUPT)
         tools.register()
         extensions.script_register(script.after_sales_script)
         extensions.sweep_register("approvals_expire_due", services.approvals_expire_due)

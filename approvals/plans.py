@@ -40,13 +40,13 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
-from approvals.services import decider_still_allowed, run_end_cause
+from approvals.services import decider_still_allowed
 from approvals.tools import ExchangeItems, exchange_items_problem
 from runs import services as run_services
-from runs.extensions import Interrupt, WaitKind
+from runs.extensions import WaitKind
 from runs.inputs import wait_pause
 from runs.locks import run_lock
-from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolExecution, ToolStatus
+from runs.models import AgentRun, ErrorCode, RunInput, RunStatus, ToolStatus
 from runs.releases import GRAPH_RELEASES
 from runs.services import WAITING_STATUSES, Lease, StepCommit
 from runs.snapshot import SnapshotError, WaitState, interrupt_id_for, wait_parse
@@ -260,60 +260,6 @@ def _pause_for_new_plan(
         ],
         on_locked=record,
     )
-
-
-def plans_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str, dict]]:
-    """A run that ends without completing cancels its plans not yet carried out (waiting,
-    needing a revision, or approved while the run had not yet taken the approval in): each
-    becomes CANCELLED with a `cancelled` BusinessEvent naming the cause and a `plan.cancelled`
-    run event, in the transaction that ends the run.
-
-    Called by the runtime holding the run's lock (Tickets come after it in the lock order).
-    """
-    if run.status == RunStatus.COMPLETED:
-        return []
-    tickets = list(
-        Ticket.objects.filter(
-            run_id=run.pk, status__in=[*TICKET_OPEN_STATUSES, TicketStatus.APPROVED]
-        )
-        .exclude(
-            Exists(ToolExecution.objects.filter(idempotency_key=OuterRef("tool_execution_key")))
-        )
-        .order_by("pk")
-    )
-    if not tickets:
-        return []
-    cause = run_end_cause(run)
-    now = timezone.now()
-    events = []
-    for ticket in tickets:
-        moved = Ticket.objects.filter(pk=ticket.pk, status=ticket.status).update(
-            status=TicketStatus.CANCELLED, updated_at=now
-        )
-        if not moved:
-            continue
-        BusinessEvent.objects.create(
-            merchant_id=ticket.merchant_id,
-            ticket=ticket,
-            run_id=run.pk,
-            kind=BusinessEventKind.CANCELLED,
-            proposal_version=ticket.version,
-            actor="agent",
-            data={"cause": cause, "was": ticket.status},
-        )
-        events.append(
-            (
-                "plan.cancelled",
-                {
-                    "ticket_id": str(ticket.pk),
-                    "was": ticket.status,
-                    "cause": cause,
-                    "notice": "The exchange plan was cancelled with the request; nothing will "
-                    "change.",
-                },
-            )
-        )
-    return events
 
 
 # --- ticket commands --------------------------------------------------------------------------
@@ -721,12 +667,3 @@ def plans_reconcile_due() -> int:
         .values_list("pk", flat=True)
     )
     return sum(plan_reconcile(run_id=run_id) for run_id in list(due[:500]))
-
-
-PLAN_INTERRUPT = Interrupt(
-    policy="business_wait",
-    pause=plan_interrupt,
-    kinds=(CONFIRMATION, PLAN_REVIEW),
-    before_wait_expiry=plan_events_apply_locked,
-    on_run_end=plans_on_run_end,
-)

@@ -22,11 +22,10 @@ from agentportal.principals import Principal
 from agentportal.problems import iso_z, pydantic_errors
 from agentportal.selectors import principal_for_user, supervisor_memberships
 from approvals import locks, notifications
-from approvals.models import Approval, ApprovalStatus, CancelCause, Decision
+from approvals.models import Approval, ApprovalStatus, Decision
 from runs import services as run_services
-from runs.extensions import Interrupt, WaitKind
 from runs.locks import run_lock
-from runs.models import AgentRun, ErrorCode, Node, RunEvent, RunStatus, ToolExecution, ToolStatus
+from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
 from runs.services import Lease, LostRun, StepCommit
 from runs.snapshot import (
     CallStatus,
@@ -60,7 +59,7 @@ def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:
         ) from error
 
 
-def _snapshot(run: AgentRun, call: PendingToolCall) -> dict[str, Any]:
+def call_snapshot(run: AgentRun, call: PendingToolCall) -> dict[str, Any]:
     thread = getattr(run, "conversation_id", None) or run.pk
     return StateSnapshot(
         version=2,
@@ -69,7 +68,7 @@ def _snapshot(run: AgentRun, call: PendingToolCall) -> dict[str, Any]:
     ).dump()
 
 
-def _call_moved(call: PendingToolCall, status: str, **changes: Any) -> PendingToolCall:
+def call_moved(call: PendingToolCall, status: str, **changes: Any) -> PendingToolCall:
     transition_check(call.status, status)
     return call.model_copy(update={"status": status, "updated_at": timezone.now(), **changes})
 
@@ -141,7 +140,7 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id
         advance_step=False,
         run_fields={
             "status": RunStatus.WAITING_APPROVAL,
-            "state_snapshot": _snapshot(run, call),
+            "state_snapshot": call_snapshot(run, call),
             "lease_expires_at": None,
         },
         events=[
@@ -268,8 +267,8 @@ def approval_execute(
         )
         snapshot = snapshot_parse(run.state_snapshot)
         if snapshot.pending_tool_call.interrupt_id == approval.interrupt_id:
-            call = _call_moved(snapshot.pending_tool_call, CallStatus.EXECUTED, result=result)
-            run_services.run_snapshot_save_locked(run, state_snapshot=_snapshot(run, call))
+            call = call_moved(snapshot.pending_tool_call, CallStatus.EXECUTED, result=result)
+            run_services.run_snapshot_save_locked(run, state_snapshot=call_snapshot(run, call))
     return status, result
 
 
@@ -438,10 +437,10 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
     changes: dict[str, Any] = {"decision": request.decision}
     if approved is not None:
         changes["tool_args"] = approved
-    call = _call_moved(snapshot.pending_tool_call, status, **changes)
+    call = call_moved(snapshot.pending_tool_call, status, **changes)
     run_services.run_resume_locked(
         run,
-        state_snapshot=_snapshot(run, call),
+        state_snapshot=call_snapshot(run, call),
         events=[
             (
                 "approval.decided",
@@ -464,10 +463,10 @@ def _expire_locked(run: AgentRun, snapshot: StateSnapshot, approval: Approval) -
     )
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")
-    call = _call_moved(snapshot.pending_tool_call, CallStatus.EXPIRED)
+    call = call_moved(snapshot.pending_tool_call, CallStatus.EXPIRED)
     run_services.run_resume_locked(
         run,
-        state_snapshot=_snapshot(run, call),
+        state_snapshot=call_snapshot(run, call),
         events=[("approval.expired", {"interrupt_id": approval.interrupt_id})],
     )
 
@@ -501,118 +500,3 @@ def approvals_expire_due() -> int:
         status=ApprovalStatus.PENDING_APPROVAL, expires_at__lte=timezone.now()
     )
     return sum(approval_expire(approval=approval) for approval in due[:500])
-
-
-OPEN_APPROVAL_STATUSES = (ApprovalStatus.PENDING_APPROVAL, ApprovalStatus.APPROVED_EXECUTING)
-
-
-def run_end_cause(run: AgentRun) -> str:
-    """Why a run that ended without completing closed what it owned."""
-    if run.status == RunStatus.CANCELLED:
-        return CancelCause.RUN_CANCELLED
-    return {
-        ErrorCode.APPROVER_REVOKED: CancelCause.APPROVER_REVOKED,
-        ErrorCode.APPROVAL_MISMATCH: CancelCause.APPROVAL_MISMATCH,
-    }.get(run.error_code, CancelCause.RUN_FAILED)
-
-
-def approvals_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str, dict]]:
-    """A run that ends without completing closes every call of its own that has not executed,
-    pending or approved: CANCELLED with the cause, an event each, in the transaction that ends
-    the run. So no dead item stays in an inbox, and an approved call whose run was stopped is
-    never executed (approval_execute proves the run is still held). A damaged snapshot does
-    not keep a call open: it is closed with the cause `snapshot_invalid`.
-
-    Called by the runtime holding the run's lock.
-    """
-    if run.status == RunStatus.COMPLETED:
-        return []
-    calls = list(
-        Approval.objects.filter(
-            run_id=run.pk, status__in=[*OPEN_APPROVAL_STATUSES, ApprovalStatus.EXECUTED]
-        ).order_by("pk")
-    )
-    open_calls = [call for call in calls if call.status in OPEN_APPROVAL_STATUSES]
-    events = _executed_unreported(run, [call for call in calls if call not in open_calls])
-    if not open_calls:
-        return events
-    cause = run_end_cause(run)
-    snapshot = None
-    if run.state_snapshot:
-        try:
-            snapshot = snapshot_parse(run.state_snapshot)
-        except SnapshotError:
-            cause = CancelCause.SNAPSHOT_INVALID
-    now = timezone.now()
-    for approval in open_calls:
-        moved = Approval.objects.filter(pk=approval.pk, status=approval.status).update(
-            status=ApprovalStatus.CANCELLED, cancel_cause=cause, updated_at=now
-        )
-        if moved:
-            events.append(("approval.cancelled", _cancelled_event(approval, cause)))
-    call = snapshot.pending_tool_call if snapshot is not None else None
-    if call is not None and call.status in (
-        CallStatus.PENDING_APPROVAL,
-        CallStatus.APPROVED_EXECUTING,
-    ):
-        run_services.run_snapshot_save_locked(
-            run, state_snapshot=_snapshot(run, _call_moved(call, CallStatus.CANCELLED))
-        )
-    return events
-
-
-def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[str, dict]]:
-    """Calls that executed before the run ended but whose result never reached the run's
-    timeline (the run was stopped between the two commits): say that they did happen."""
-    if not executed:
-        return []
-    reported = set(
-        RunEvent.objects.filter(run_id=run.pk, type="tool.result").values_list(
-            "data__key", flat=True
-        )
-    )
-    return [
-        (
-            "approval.executed",
-            {
-                "interrupt_id": approval.interrupt_id,
-                "tool_name": approval.tool_name,
-                "result": approval.result,
-                "notice": f"The {CALL_NAMES.get(approval.tool_name, approval.tool_name)} was "
-                "carried out before the request ended.",
-            },
-        )
-        for approval in executed
-        if approval.tool_execution_key not in reported
-    ]
-
-
-# What a call does, in the customer's words, for the notices of its end.
-CALL_NAMES = {"issue_refund": "refund"}
-
-
-def _cancelled_event(approval: Approval, cause: str) -> dict[str, Any]:
-    what = CALL_NAMES.get(approval.tool_name, approval.tool_name.replace("_", " "))
-    why = {
-        CancelCause.RUN_CANCELLED: "the request was stopped",
-        CancelCause.APPROVER_REVOKED: "the person who approved it may no longer decide",
-        CancelCause.APPROVAL_MISMATCH: "what was about to run was not what was approved",
-        CancelCause.SNAPSHOT_INVALID: "the request's stored state is damaged",
-    }.get(cause, "the request failed")
-    return {
-        "interrupt_id": approval.interrupt_id,
-        "tool_name": approval.tool_name,
-        "was": approval.status,
-        "cause": cause,
-        "notice": f"Nothing was done: the {what} did not go ahead because {why}.",
-    }
-
-
-APPROVAL = WaitKind(name="approval", payload=None, status=RunStatus.WAITING_APPROVAL)
-APPROVAL_INTERRUPT = Interrupt(
-    policy="approval",
-    pause=approval_interrupt,
-    kinds=(APPROVAL,),
-    pending=approval_pending,
-    on_run_end=approvals_on_run_end,
-)

@@ -239,9 +239,8 @@ def create_followup_request(args: FollowupArgs, context: ToolContext) -> dict[st
 
 
 def register() -> None:
-    # Imported here: both modules build on this one's argument models and rules.
-    from approvals.plans import PLAN_INTERRUPT
-    from approvals.services import APPROVAL_INTERRUPT
+    # Imported here: the interrupts build on this module's argument models and rules.
+    from approvals.interrupts import APPROVAL_INTERRUPT, PLAN_INTERRUPT
 
     for tool in (
         Tool(

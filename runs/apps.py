@@ -8,13 +8,13 @@ class RunsConfig(AppConfig):
     def ready(self) -> None:
         # The runtime's own extensions, registered like a domain's: its graph nodes, the
         # clarification interrupt and what a conversation does when its run ends.
-        from runs import conversations, extensions, inputs, worker
+        from runs import conversations, extensions, inputs, nodes
         from runs.extensions import NodeKind
         from runs.models import Node
 
-        extensions.node_register(NodeKind(Node.MODEL, worker.model_step, calls_model=True))
-        extensions.node_register(NodeKind(Node.TOOLS, worker.tools_step))
-        extensions.node_register(NodeKind(Node.FOLLOWUP, worker.followup_step))
+        extensions.node_register(NodeKind(Node.MODEL, nodes.model_step, calls_model=True))
+        extensions.node_register(NodeKind(Node.TOOLS, nodes.tools_step))
+        extensions.node_register(NodeKind(Node.FOLLOWUP, nodes.followup_step))
         extensions.interrupt_register(inputs.CLARIFICATION_INTERRUPT)
         extensions.run_end_register(conversations.conversation_on_run_finish)
         extensions.sweep_register(

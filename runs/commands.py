@@ -13,6 +13,8 @@ from agentportal import errors
 from agentportal.principals import Principal
 from runs import conversations
 from runs.conversations import CommandOutcome, pending_count
+from runs.models import AgentRun
+from runs.serializers import RunSerializer
 
 EVERYONE = frozenset({"customer", "supervisor", "operator", "service"})
 SUPERVISORS = frozenset({"supervisor", "operator", "service"})
@@ -42,9 +44,6 @@ def _run_id(run) -> str | None:
 
 
 def _status(outcome: CommandOutcome) -> dict[str, Any]:
-    from runs.models import AgentRun
-    from runs.serializers import RunSerializer
-
     active = outcome.conversation.active_run_id
     run = AgentRun.objects.filter(pk=active).first() if active else None
     return {

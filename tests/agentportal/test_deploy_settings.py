@@ -1,14 +1,12 @@
 """Secure by default: no known secret key, and TLS behind a proxy by one setting."""
 
-import os
 import secrets
-import subprocess
-import sys
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
+
+from tests.product import manage
 
 PRODUCTION = {
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
@@ -18,32 +16,11 @@ PRODUCTION = {
 }
 
 
-def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    base = {
-        key: value
-        for key, value in os.environ.items()
-        # (not what other tests set for themselves, such as the browser tests' async switch)
-        if not key.startswith("DJANGO_")
-    }
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=settings.BASE_DIR,
-        env={
-            **base,
-            "DJANGO_SETTINGS_MODULE": "agentportal.settings",
-            "AGENTPORTAL_DEMO_SECRET_KEY_FILE": "/nonexistent/demo-key",
-            **env,
-        },
-        capture_output=True,
-        text=True,
-    )
-
-
 @pytest.mark.parametrize("key", [None, "", "agentportal-insecure-development-key"])
 def test_without_a_secret_key_the_product_refuses_to_start_in_one_sentence(key):
     env = {} if key is None else {"DJANGO_SECRET_KEY": key}
 
-    started = _manage("check", **env)
+    started = manage("check", **env)
 
     assert started.returncode != 0
     assert started.stderr.strip() == (
@@ -53,7 +30,7 @@ def test_without_a_secret_key_the_product_refuses_to_start_in_one_sentence(key):
 
 
 def test_the_documented_production_environment_passes_the_deploy_checks():
-    checked = _manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+    checked = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
 
     assert checked.returncode == 0, checked.stderr
     assert "no issues" in checked.stdout

@@ -35,7 +35,7 @@ from agentportal.principals import Principal
 from agentportal.services import api_key_create
 from approvals.models import Approval, ApprovalStatus, Order, Refund
 from approvals.services import DecisionRequest, approval_decide, approvals_expire_due
-from runs import extensions, services, worker
+from runs import extensions, nodes, services, worker
 from runs.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -328,7 +328,7 @@ def execute_approved_refund(lease) -> None:
         tool = TOOLS["issue_refund"]
         arguments = tool.args_model.model_validate(json.loads(call["function"]["arguments"]))
         outcome = extensions.interrupt_for(tool.policy).pause(
-            run=run, lease=lease, tool=tool, args=arguments, key=worker.tool_key(run, index)
+            run=run, lease=lease, tool=tool, args=arguments, key=nodes.tool_key(run, index)
         )
         assert isinstance(outcome, worker.ToolOutcome) and outcome.recorded
 

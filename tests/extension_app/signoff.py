@@ -12,10 +12,10 @@ from rest_framework import serializers
 from runs.extensions import Interrupt, WaitKind
 from runs.inputs import wait_pause
 from runs.models import AgentRun, Node, RunInput, RunStatus, ToolExecution, ToolStatus
+from runs.nodes import tool_key
 from runs.services import StepCommit
 from runs.snapshot import WaitState, interrupt_id_for
 from runs.tools import Tool
-from runs.worker import tool_key
 
 SCRIPT = "signoff"
 AUDIT_NODE = "signoff_audit"

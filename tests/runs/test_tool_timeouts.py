@@ -1,6 +1,8 @@
 """A blocking tool call has a time limit: past it the call is abandoned (its cancellation
 token set, its thread no longer awaited), the model is told, and the run goes on."""
 
+import dataclasses
+
 import pytest
 from django.contrib.auth.models import User
 
@@ -46,8 +48,8 @@ def test_a_tool_may_declare_a_shorter_limit_than_the_setting(settings):
     stock = TOOLS["check_stock"]
 
     assert stock.timeout() == 30
-    assert stock.__class__(**{**stock.__dict__, "timeout_seconds": 5}).timeout() == 5
-    assert stock.__class__(**{**stock.__dict__, "timeout_seconds": 90}).timeout() == 30
+    assert dataclasses.replace(stock, timeout_seconds=5).timeout() == 5
+    assert dataclasses.replace(stock, timeout_seconds=90).timeout() == 30
 
 
 def test_the_timed_out_call_is_recorded_once_on_its_timeline(demo, short_tool_timeout):

@@ -108,7 +108,9 @@ def test_enter_in_the_reason_rejects_and_never_approves(demo, signed_in):
     # given a pending refund open on the approval page
     approval = _pending(demo)
     sam = signed_in("sam")
+    sam.set_viewport_size({"width": 390, "height": 844})
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
+    screenshot(sam, "approval-phone")
 
     # when sam types a reason and presses Enter in its field
     sam.fill("#reason", "the parcel came back unopened")

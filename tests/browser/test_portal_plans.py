@@ -61,7 +61,9 @@ def _plan_page(demo, page, live_server) -> Ticket:
 def test_enter_in_the_customers_change_request_asks_for_changes(demo, signed_in, live_server):
     # given alice's plan waits for her confirmation
     alice = signed_in("alice")
+    alice.set_viewport_size({"width": 390, "height": 844})
     ticket = _plan_page(demo, alice, live_server)
+    screenshot(alice, "plan-to-confirm-phone")
 
     # when she writes what should change and presses Enter in that field
     alice.fill("#changes-note", "Actually I need size 45")
@@ -85,7 +87,9 @@ def test_enter_in_the_supervisors_rejection_note_rejects(demo, signed_in, live_s
     alice.wait_for_selector(".messages")
     plans.plan_reconcile(run_id=ticket.run_id)
     sam = signed_in("sam")
+    sam.set_viewport_size({"width": 390, "height": 844})
     sam.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
+    screenshot(sam, "plan-review-phone")
 
     # when sam writes why he rejects it and presses Enter in that field
     sam.fill("#reject-note", "size 43 is sold out")

@@ -22,21 +22,24 @@ def supervisor_memberships(*, merchant: Merchant):
     )
 
 
-def user_is_operator(*, user: User) -> bool:
-    """Superusers and operators: they see every shop and repair what workers could not."""
-    return (
-        user.is_superuser
-        or Membership.objects.filter(user=user, active=True, role=Role.OPERATOR).exists()
+def _merchants_where(*, user: User, roles: list[str]):
+    """Shops where the user holds one of `roles` now; every shop for a superuser, the
+    platform's own staff (an operator is a role in a shop, never a key to the others)."""
+    if user.is_superuser:
+        return Merchant.objects.all()
+    return Merchant.objects.filter(
+        pk__in=Membership.objects.filter(user=user, active=True, role__in=roles).values("merchant")
     )
 
 
 def merchants_supervised_by(*, user: User):
-    """Merchants a staff user may see in the admin; operators and superusers see all."""
-    if user_is_operator(user=user):
-        return Merchant.objects.all()
-    return Merchant.objects.filter(
-        memberships__user=user, memberships__active=True, memberships__role=Role.SUPERVISOR
-    )
+    """Shops whose runs, approvals and plans a staff user may see and decide."""
+    return _merchants_where(user=user, roles=[Role.SUPERVISOR, Role.OPERATOR])
+
+
+def merchants_operated_by(*, user: User):
+    """Shops whose parked runs a user may hand back or fail: where they are an operator."""
+    return _merchants_where(user=user, roles=[Role.OPERATOR])
 
 
 def principal_for_user(*, user: User, merchant: Merchant):

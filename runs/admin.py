@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
-from agentportal.selectors import user_is_operator
+from agentportal.selectors import merchants_operated_by
 from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, ToolExecution
 from runs.releases import GRAPH_RELEASES, ReleaseManifest
 from runs.services import release_save, run_cancel, run_parked_fail, run_unpark
@@ -32,6 +32,17 @@ class ToolExecutionInline(ReadOnlyAdminMixin, admin.TabularInline):
     fields = ["step", "index", "tool", "args", "status", "result"]
     readonly_fields = fields
     extra = 0
+
+
+def _operated(model_admin, request, queryset):
+    """The selected runs in shops where the user is an operator; the others are named and
+    left alone (supervising a shop does not make its parked runs yours to repair)."""
+    operated = queryset.filter(merchant__in=merchants_operated_by(user=request.user))
+    for run in queryset.exclude(pk__in=operated.values("pk")):
+        model_admin.message_user(
+            request, f"Run {run.pk}: only its shop's operators repair it.", messages.WARNING
+        )
+    return operated
 
 
 @admin.register(AgentRun)
@@ -99,13 +110,13 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
 
     def has_unpark_permission(self, request) -> bool:
         """Operators (and superusers) repair what a worker could not make sense of."""
-        return user_is_operator(user=request.user)
+        return merchants_operated_by(user=request.user).exists()
 
     @admin.action(
         description="Hand the selected parked runs back to the queue", permissions=["unpark"]
     )
     def unpark_selected(self, request, queryset):
-        for run in queryset:
+        for run in _operated(self, request, queryset):
             if run_unpark(run_id=run.pk):
                 self.message_user(request, f"Run {run.pk}: back in the queue.")
             else:
@@ -116,7 +127,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     )
     def fail_parked_selected(self, request, queryset):
         who = request.user.get_username()
-        for run in queryset:
+        for run in _operated(self, request, queryset):
             if run_parked_fail(run_id=run.pk, detail=f"An operator ({who}) failed it."):
                 self.message_user(request, f"Run {run.pk}: failed.")
             else:

@@ -50,3 +50,24 @@ class WindowCounter:
 
     def clear(self) -> None:
         cache.delete(self.key)
+
+
+class Slots:
+    """At most `limit` holders at once under one key, in the shared cache: each holds a slot
+    of its own, so nothing counts up and down; a holder that dies without letting go frees its
+    slot when it expires after `seconds`."""
+
+    def __init__(self, key: str, limit: int, seconds: float) -> None:
+        self.key, self.limit, self.seconds = key, limit, seconds
+
+    def take(self) -> str | None:
+        """A free slot's key, now held; None when all are held."""
+        for index in range(self.limit):
+            slot = f"{self.key}:{index}"
+            if cache.add(slot, 1, timeout=self.seconds):
+                return slot
+        return None
+
+    @staticmethod
+    def give_back(slot: str) -> None:
+        cache.delete(slot)

@@ -84,3 +84,11 @@ class SnapshotVersionUnsupported(SnapshotInvalid):
 
 class TooManyOpenRuns(DomainError):
     pass
+
+
+class TooManyOpenConversations(DomainError):
+    pass
+
+
+class TooManyQueuedMessages(DomainError):
+    pass

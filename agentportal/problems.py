@@ -41,6 +41,9 @@ TITLES = {
     "snapshot_version_unsupported": "State snapshot version unsupported",
     "idempotency_key_reused": "Idempotency-Key reused with another request",
     "too_many_open_runs": "Too many open runs",
+    "too_many_open_conversations": "Too many open conversations",
+    "too_many_queued_messages": "Too many messages waiting",
+    "too_many_streams": "Too many open event streams",
     "rate_limited": "Too many requests",
     "payload_too_large": "Payload too large",
     "server_error": "Internal server error",
@@ -66,6 +69,8 @@ DOMAIN_PROBLEMS: dict[type[errors.DomainError], tuple[int, str]] = {
     errors.SnapshotVersionUnsupported: (422, "snapshot_version_unsupported"),
     errors.IdempotencyKeyReused: (422, "idempotency_key_reused"),
     errors.TooManyOpenRuns: (429, "too_many_open_runs"),
+    errors.TooManyOpenConversations: (429, "too_many_open_conversations"),
+    errors.TooManyQueuedMessages: (429, "too_many_queued_messages"),
 }
 
 
@@ -86,6 +91,7 @@ class Problem(Exception):
         detail: str = "",
         *,
         errors: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
         **extensions: Any,
     ):
         super().__init__(detail or code)
@@ -93,6 +99,7 @@ class Problem(Exception):
         self.code = code
         self.detail = detail or TITLES.get(code, code)
         self.errors = errors
+        self.headers = headers
         self.extensions = extensions
 
 
@@ -151,6 +158,7 @@ def from_problem(request: HttpRequest | None, problem: Problem) -> HttpResponse:
         problem.code,
         problem.detail,
         errors=problem.errors,
+        headers=problem.headers,
         **problem.extensions,
     )
 

@@ -303,6 +303,11 @@ AGENTPORTAL = {
     "MAX_STEPS": 20,
     "MAX_TOOL_CALLS_PER_TURN": 4,
     "MAX_OPEN_RUNS_PER_ACCOUNT": 3,
+    # A customer's open conversations, their messages waiting behind busy runs (all
+    # conversations together), and event streams open at once per API key.
+    "MAX_OPEN_CONVERSATIONS_PER_CUSTOMER": env_int("AGENTPORTAL_MAX_OPEN_CONVERSATIONS", 10),
+    "MAX_QUEUED_MESSAGES_PER_CUSTOMER": env_int("AGENTPORTAL_MAX_QUEUED_MESSAGES", 20),
+    "MAX_EVENT_STREAMS_PER_KEY": env_int("AGENTPORTAL_MAX_EVENT_STREAMS_PER_KEY", 4),
     "DEFAULT_MAX_RUNNING_RUNS": env_int("AGENTPORTAL_MAX_RUNNING_RUNS", 8),
 }
 

@@ -3,6 +3,7 @@
 import json
 import time
 
+from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -10,6 +11,7 @@ from rest_framework import renderers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agentportal.counters import Slots, counter_key
 from agentportal.principals import Principal
 from agentportal.problems import Problem
 from agentportal.selectors import customer_membership_by_username
@@ -271,12 +273,44 @@ class RunEventStreamView(APIView):
         last_event_id = request.headers.get("Last-Event-ID", "")
         if last_event_id.isdigit():
             after = max(after, int(last_event_id))
+        slot = _stream_slot(principal_of(request))
         response = StreamingHttpResponse(
-            _event_stream(run, after), content_type="text/event-stream"
+            _SlotHeldStream(_event_stream(run, after), slot), content_type="text/event-stream"
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
+
+
+def _stream_slot(principal: Principal) -> str:
+    """One of the key's few event-stream slots, held until its stream ends: one key cannot
+    hold every connection the web servers have."""
+    limit = settings.AGENTPORTAL["MAX_EVENT_STREAMS_PER_KEY"]
+    slots = Slots(counter_key("streams", str(principal.api_key.pk)), limit, STREAM_SECONDS + 10)
+    slot = slots.take()
+    if slot is None:
+        raise Problem(
+            429,
+            "too_many_streams",
+            f"This key already has {limit} event streams open; close one, or read /events instead.",
+            headers={"Retry-After": str(int(STREAM_SECONDS))},
+        )
+    return slot
+
+
+class _SlotHeldStream:
+    """A stream's events that give the key's stream slot back when the server closes the
+    response, however it ends: finished, timed out, or the client gone before the first byte."""
+
+    def __init__(self, events, slot: str) -> None:
+        self.events, self.slot = events, slot
+
+    def __iter__(self):
+        return self.events
+
+    def close(self) -> None:
+        self.events.close()
+        Slots.give_back(self.slot)
 
 
 def _event_stream(run, after: int):

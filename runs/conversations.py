@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
@@ -30,7 +31,38 @@ HISTORY_TURNS = 10
 
 
 def conversation_create(*, merchant: Merchant, customer) -> Conversation:
-    return Conversation.objects.create(merchant=merchant, customer=customer)
+    """A new open conversation, unless the customer already has their limit of open ones;
+    counted under the customer's Membership lock, so that racing requests cannot both pass."""
+    with transaction.atomic():
+        services.membership_lock(merchant=merchant, account=customer)
+        limit = settings.AGENTPORTAL["MAX_OPEN_CONVERSATIONS_PER_CUSTOMER"]
+        open_now = (
+            Conversation.objects.filter(merchant=merchant, customer=customer)
+            .exclude(status=ConversationStatus.CLOSED)
+            .count()
+        )
+        if open_now >= limit:
+            raise errors.TooManyOpenConversations(
+                f"You already have {open_now} open conversations; carry on in one of them "
+                "(/new in one starts afresh in its place)."
+            )
+        return Conversation.objects.create(merchant=merchant, customer=customer)
+
+
+def _queued_messages_check(conversation: Conversation) -> None:
+    """TooManyQueuedMessages when the customer has their limit of messages waiting behind
+    busy runs, in all their conversations. Call holding the customer's Membership lock."""
+    limit = settings.AGENTPORTAL["MAX_QUEUED_MESSAGES_PER_CUSTOMER"]
+    waiting = ConversationMessage.objects.filter(
+        conversation__merchant=conversation.merchant,
+        conversation__customer=conversation.customer,
+        status__in=[MessageStatus.QUEUED, MessageStatus.HELD],
+    ).count()
+    if waiting >= limit:
+        raise errors.TooManyQueuedMessages(
+            f"{waiting} of your messages are already waiting for the agent; wait for its "
+            "answer (or /stop) before sending more."
+        )
 
 
 def _history(conversation: Conversation) -> list[dict[str, Any]]:
@@ -85,6 +117,10 @@ def message_send(*, conversation: Conversation, text: str) -> ConversationMessag
         conversation = locks.conversation_lock(conversation.pk)
         if conversation.status == ConversationStatus.CLOSED:
             raise errors.ConversationClosed("This conversation was closed; use the new one.")
+        if conversation.active_run_id is not None or (
+            conversation.status == ConversationStatus.TAKEN_OVER
+        ):
+            _queued_messages_check(conversation)
         message = ConversationMessage(
             conversation=conversation,
             text=text,
@@ -287,7 +323,8 @@ def _session_apply(command, outcome: CommandOutcome) -> None:
             status=ConversationStatus.CLOSED, closed_at=timezone.now()
         )
         conversation.refresh_from_db()
-        outcome.current = conversation_create(
+        # In the closed one's place: /new never meets the open-conversations limit.
+        outcome.current = Conversation.objects.create(
             merchant=conversation.merchant, customer=conversation.customer
         )
     elif command.session == "open":

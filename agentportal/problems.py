@@ -74,6 +74,23 @@ DOMAIN_PROBLEMS: dict[type[errors.DomainError], tuple[int, str]] = {
 }
 
 
+# The status of every code the API answers with.
+STATUSES: dict[str, int] = {
+    "validation_error": 400,
+    "idempotency_key_missing": 400,
+    "not_authenticated": 401,
+    "permission_denied": 403,
+    "not_found": 404,
+    "run_not_found": 404,
+    "method_not_allowed": 405,
+    "not_acceptable": 406,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "rate_limited": 429,
+    "too_many_streams": 429,
+} | {code: status for status, code in DOMAIN_PROBLEMS.values()}
+
+
 def iso_z(moment) -> str | None:
     """A time as the API writes it: ISO 8601 in UTC with a Z."""
     if moment is None:

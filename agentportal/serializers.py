@@ -2,11 +2,20 @@
 
 import re
 
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from agentportal.problems import Problem
 
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY.pattern}$"},
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1 to 255 visible ASCII characters; the same key and body replay the answer.",
+)
 
 
 class StrictCharField(serializers.CharField):
@@ -18,18 +27,36 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+# The characters str.strip() removes, spelled out: Python's \s and ECMAScript's (which reads
+# the schema's patterns) differ on a few, so the schema and the API would disagree on them.
+BLANKS = "".join(f"\\u{code:04x}" for code in range(0x10000) if chr(code).isspace())
+# Something besides blanks, and no NUL (the parser refuses NUL first: said here for the schema).
+NOT_BLANK = RegexValidator(
+    f"^[{BLANKS}]*[^{BLANKS}\\u0000][^\\u0000]*$", message="This field may not be blank."
+)
+
+
 class TextField(StrictCharField):
     """What a person writes (a message, an answer): it must say something, not only blanks;
     it is kept as written."""
 
     def __init__(self, **kwargs):
-        super().__init__(trim_whitespace=False, **kwargs)
+        super().__init__(trim_whitespace=False, validators=[NOT_BLANK], **kwargs)
 
-    def to_internal_value(self, data):
-        text = super().to_internal_value(data)
-        if not text.strip():
-            self.fail("blank")
-        return text
+
+class InterruptIdField(StrictCharField):
+    """The id of a pending call or question, as the run's `pending` lists it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(min_length=1, max_length=64, validators=[NOT_BLANK], **kwargs)
+
+
+class AccountField(StrictCharField):
+    """The user name of the customer a service key acts for (Django's user name characters)."""
+
+    def __init__(self, **kwargs):
+        user_name = RegexValidator(r"^[\w.@+-]+$", message="A customer's user name.")
+        super().__init__(min_length=1, max_length=150, validators=[user_name], **kwargs)
 
 
 class StrictIntegerField(serializers.IntegerField):

@@ -241,9 +241,17 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agentportal.schema.problems_declared",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ToolCallDecisionEnum": "approvals.models.Decision.choices",
         "PlanDecisionEnum": "approvals.models.PlanDecision.choices",
+        # The one decision each shape of a decision body names.
+        "ApproveEnum": ["approve"],
+        "ReviseEnum": ["revise"],
+        "RejectEnum": ["reject"],
     },
 }
 

@@ -8,8 +8,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentportal.problems import Problem
+from agentportal.schema import problems
 from approvals import plans, selectors, services
-from approvals.models import ApprovalStatus, TicketStatus
+from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
 from approvals.serializers import (
     ApprovalPageSerializer,
     ApprovalSerializer,
@@ -21,10 +22,24 @@ from approvals.serializers import (
     TicketPageSerializer,
     TicketReviseSerializer,
     TicketSerializer,
+    decision_bodies,
 )
-from runs.api import filtered_page, principal_of, run_or_404
+from runs.api import cursor_parameter, filtered_page, principal_of, run_or_404
 from runs.selectors import run_for
 from runs.serializers import RunSerializer
+
+# What deciding a pending call can meet besides a bad body: the run or the call moved on.
+DECISION_PROBLEMS = problems(
+    "interrupt_mismatch",
+    "already_decided",
+    "not_waiting",
+    "run_finished",
+    "interrupt_expired",
+    "snapshot_invalid",
+    "snapshot_version_unsupported",
+)
+# A command on a plan: it moved on since the version the caller saw, or is not at that step.
+TICKET_PROBLEMS = problems("version_conflict", "invalid_transition", "interrupt_expired")
 
 
 def supervisor_or_403(request):
@@ -65,7 +80,10 @@ def _decide(request, run, serializer_class, interrupt_id=None):
 
 class RunResumeView(APIView):
     @extend_schema(
-        operation_id="runs_resume", request=DecisionSerializer, responses=DecisionResultSerializer
+        operation_id="runs_resume",
+        request=decision_bodies(name="Decision", interrupt_id_required=True),
+        responses=DecisionResultSerializer,
+        extensions=DECISION_PROBLEMS,
     )
     def post(self, request, run_id):
         return _decide(request, run_or_404(request, run_id), DecisionSerializer)
@@ -77,7 +95,7 @@ class ApprovalsView(APIView):
         parameters=[
             OpenApiParameter("status", str, enum=list(ApprovalStatus.values)),
             OpenApiParameter("tool", str),
-            OpenApiParameter("cursor", str),
+            cursor_parameter(Approval),
         ],
         responses=ApprovalPageSerializer,
     )
@@ -100,8 +118,9 @@ class ApprovalDetailView(APIView):
 class ApprovalDecisionView(APIView):
     @extend_schema(
         operation_id="approvals_decide",
-        request=DecisionOnApprovalSerializer,
+        request=decision_bodies(name="DecisionOnApproval", interrupt_id_required=False),
         responses=DecisionResultSerializer,
+        extensions=DECISION_PROBLEMS,
     )
     def post(self, request, interrupt_id):
         approval = approval_or_404(request, interrupt_id)
@@ -130,7 +149,7 @@ class TicketsView(APIView):
         operation_id="tickets_list",
         parameters=[
             OpenApiParameter("status", str, enum=list(TicketStatus.values)),
-            OpenApiParameter("cursor", str),
+            cursor_parameter(Ticket),
         ],
         responses=TicketPageSerializer,
     )
@@ -175,7 +194,10 @@ class _TicketCommandView(APIView):
 
 @extend_schema_view(
     post=extend_schema(
-        operation_id="tickets_confirm", request=TicketConfirmSerializer, responses=TicketSerializer
+        operation_id="tickets_confirm",
+        request=TicketConfirmSerializer,
+        responses=TicketSerializer,
+        extensions=TICKET_PROBLEMS,
     )
 )
 class TicketConfirmView(_TicketCommandView):
@@ -188,7 +210,10 @@ class TicketConfirmView(_TicketCommandView):
 
 @extend_schema_view(
     post=extend_schema(
-        operation_id="tickets_revise", request=TicketReviseSerializer, responses=TicketSerializer
+        operation_id="tickets_revise",
+        request=TicketReviseSerializer,
+        responses=TicketSerializer,
+        extensions=TICKET_PROBLEMS,
     )
 )
 class TicketReviseView(_TicketCommandView):
@@ -198,7 +223,10 @@ class TicketReviseView(_TicketCommandView):
 
 @extend_schema_view(
     post=extend_schema(
-        operation_id="tickets_decide", request=TicketDecideSerializer, responses=TicketSerializer
+        operation_id="tickets_decide",
+        request=TicketDecideSerializer,
+        responses=TicketSerializer,
+        extensions=TICKET_PROBLEMS,
     )
 )
 class TicketDecideView(_TicketCommandView):

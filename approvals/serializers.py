@@ -1,14 +1,22 @@
 from django.conf import settings
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from pydantic import TypeAdapter
 from rest_framework import serializers
 
-from agentportal.serializers import StrictCharField, StrictIntegerField, StrictSerializer
+from agentportal.serializers import (
+    InterruptIdField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+    TextField,
+)
 from approvals.models import Approval, CancelCause, Decision, PlanDecision, Ticket, TicketStatus
+from approvals.tools import ExchangeItems
 from runs.serializers import RunSerializer
 
 
 class DecisionSerializer(StrictSerializer):
-    interrupt_id = StrictCharField(max_length=64)
+    interrupt_id = InterruptIdField()
     decision = serializers.ChoiceField(choices=Decision.choices)
     tool_args = serializers.JSONField(required=False)
     reason = StrictCharField(required=False, allow_blank=True, max_length=2000)
@@ -20,7 +28,37 @@ class DecisionSerializer(StrictSerializer):
 
 
 class DecisionOnApprovalSerializer(DecisionSerializer):
-    interrupt_id = StrictCharField(max_length=64, required=False)
+    interrupt_id = InterruptIdField(required=False)
+
+
+@extend_schema_field({"$ref": "#/components/schemas/ToolArguments"})
+class ToolArgumentsField(serializers.DictField):
+    """A call's arguments as a supervisor edits them; checked against the tool's own schema."""
+
+
+def decision_bodies(*, name: str, interrupt_id_required: bool) -> PolymorphicProxySerializer:
+    """The decision body as the schema states it: one shape per decision, so that the rules
+    the API enforces are in the contract (a reason to reject, the edited arguments to revise,
+    arguments with nothing else). Checked by `DecisionSerializer` and `decision_validate`."""
+
+    def body(decision: str, **fields) -> type[serializers.Serializer]:
+        fields = {
+            "interrupt_id": InterruptIdField(required=interrupt_id_required),
+            "decision": serializers.ChoiceField(choices=[decision]),
+            "reason": StrictCharField(required=False, allow_blank=True, max_length=2000),
+            **fields,
+        }
+        return type(f"{decision.capitalize()}{name}", (StrictSerializer,), fields)
+
+    return PolymorphicProxySerializer(
+        component_name=name,
+        serializers={
+            Decision.APPROVE.value: body(Decision.APPROVE.value),
+            Decision.REVISE.value: body(Decision.REVISE.value, tool_args=ToolArgumentsField()),
+            Decision.REJECT.value: body(Decision.REJECT.value, reason=TextField(max_length=2000)),
+        },
+        resource_type_field_name="decision",
+    )
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
@@ -184,10 +222,23 @@ class TicketConfirmSerializer(StrictSerializer):
     proposal_version = StrictIntegerField(min_value=1)
 
 
+def _exchange_items_schema() -> dict:
+    """The tool's own schema of the lines, with its one definition inlined (OpenAPI 3.0 has no
+    `$defs`)."""
+    schema = TypeAdapter(ExchangeItems).json_schema()
+    schema["items"] = schema.pop("$defs")["ExchangeItem"]
+    return schema
+
+
+@extend_schema_field(_exchange_items_schema())
+class ExchangeItemsField(serializers.JSONField):
+    """The edited lines of a plan, checked against the order by the service."""
+
+
 class TicketReviseSerializer(StrictSerializer):
     proposal_version = StrictIntegerField(min_value=1)
     note = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
-    items = serializers.JSONField(required=False)
+    items = ExchangeItemsField(required=False)
 
 
 class TicketDecideSerializer(StrictSerializer):

@@ -6,7 +6,7 @@ import time
 from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import renderers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -14,10 +14,11 @@ from rest_framework.views import APIView
 from agentportal.counters import Slots, counter_key
 from agentportal.principals import Principal
 from agentportal.problems import Problem
+from agentportal.schema import problems
 from agentportal.selectors import customer_membership_by_username
-from agentportal.serializers import idempotency_key_from
+from agentportal.serializers import IDEMPOTENCY_KEY_HEADER, idempotency_key_from
 from runs import commands, conversations, inputs, selectors, services
-from runs.models import FINISHED_STATUSES, RunStatus
+from runs.models import FINISHED_STATUSES, AgentRun, RunStatus
 from runs.serializers import (
     ConversationCreateSerializer,
     ConversationSerializer,
@@ -38,6 +39,33 @@ TERMINAL_EVENTS = {"run.completed", "run.failed", "run.cancelled"}
 STREAM_SECONDS = 30.0
 STREAM_POLL_SECONDS = 0.5
 PAGE_SIZE = 50
+# The largest event sequence number a client may ask after (the column's range).
+MAX_SEQ = 2**31 - 1
+AFTER = OpenApiParameter(
+    "after",
+    {"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+    description="Only events with a greater `seq`.",
+)
+
+
+# One event of the stream (OpenAPI 3.0 describes a stream by its events).
+SERVER_SENT_EVENT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "The event's `seq`."},
+        "event": {"type": "string", "description": "The event's `type`."},
+        "data": {"type": "string", "description": "The event as `/events` lists it, in JSON."},
+    },
+    "required": ["id", "event", "data"],
+}
+
+
+def cursor_parameter(model) -> OpenApiParameter:
+    return OpenApiParameter(
+        "cursor",
+        {"type": "string", "pattern": selectors.cursor_pattern(model)},
+        description="The `next` of the page before.",
+    )
 
 
 def principal_of(request) -> Principal:
@@ -55,7 +83,7 @@ def filtered_page(request, queryset, *, statuses, **filters):
     """A list endpoint's page: `status` checked against `statuses`, exact `filters` applied
     (query parameter -> field), newest first, a 400 problem for a bad value or cursor."""
     wanted = request.query_params.get("status")
-    if wanted:
+    if wanted is not None:
         if wanted not in statuses:
             raise Problem(
                 400,
@@ -79,18 +107,16 @@ def filtered_page(request, queryset, *, statuses, **filters):
 
 def int_param(request, name: str, default: int = 0) -> int:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
+    # Digits only: int() would also take " 1", "1_0" and other scripts' digits.
+    value = int(raw) if raw.isascii() and raw.isdigit() else -1
+    if not 0 <= value <= MAX_SEQ:
         raise Problem(
             400,
             "validation_error",
-            f"{name} must be a whole number, 0 or more.",
-            errors=[{"field": name, "message": "a whole number, 0 or more"}],
+            f"{name} must be a whole number from 0 to {MAX_SEQ}.",
+            errors=[{"field": name, "message": f"a whole number from 0 to {MAX_SEQ}"}],
         )
     return value
 
@@ -119,12 +145,7 @@ def customer_for(principal: Principal, data: dict):
             )
         return membership.user
     if "account" in data:
-        raise Problem(
-            400,
-            "validation_error",
-            "Only service keys may name an account.",
-            errors=[{"field": "account", "message": "only for service keys"}],
-        )
+        raise Problem(403, "permission_denied", "Only service keys act for another account.")
     return principal.user
 
 
@@ -133,7 +154,7 @@ class RunsView(APIView):
         operation_id="runs_list",
         parameters=[
             OpenApiParameter("status", str, enum=list(RunStatus.values)),
-            OpenApiParameter("cursor", str),
+            cursor_parameter(AgentRun),
         ],
         responses=RunPageSerializer,
     )
@@ -145,10 +166,15 @@ class RunsView(APIView):
     @extend_schema(
         operation_id="runs_create",
         request=RunCreateSerializer,
-        parameters=[
-            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)
-        ],
+        parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={201: RunSerializer, 200: RunSerializer},
+        extensions=problems(
+            "idempotency_key_missing",
+            "idempotency_key_in_flight",
+            "invalid_transition",
+            "idempotency_key_reused",
+            "too_many_open_runs",
+        ),
     )
     def post(self, request):
         principal = principal_of(request)
@@ -175,13 +201,20 @@ class RunsView(APIView):
 
 
 class RunDetailView(APIView):
-    @extend_schema(operation_id="runs_retrieve", responses=RunSerializer)
+    @extend_schema(
+        operation_id="runs_retrieve", responses=RunSerializer, extensions=problems("run_not_found")
+    )
     def get(self, request, run_id):
         return Response(RunSerializer(run_or_404(request, run_id)).data)
 
 
 class RunCancelView(APIView):
-    @extend_schema(operation_id="runs_cancel", request=None, responses=RunSerializer)
+    @extend_schema(
+        operation_id="runs_cancel",
+        request=None,
+        responses=RunSerializer,
+        extensions=problems("run_not_found", "run_finished"),
+    )
     def post(self, request, run_id):
         run = run_or_404(request, run_id)
         run = services.run_cancel(
@@ -194,10 +227,19 @@ class RunInputsView(APIView):
     @extend_schema(
         operation_id="runs_inputs",
         request=RunInputCreateSerializer,
-        parameters=[
-            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=True)
-        ],
+        parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={202: ReceiptResultSerializer, 200: ReceiptResultSerializer},
+        extensions=problems(
+            "idempotency_key_missing",
+            "run_not_found",
+            "interrupt_mismatch",
+            "not_waiting",
+            "run_finished",
+            "version_conflict",
+            "interrupt_expired",
+            "snapshot_invalid",
+            "idempotency_key_reused",
+        ),
     )
     def post(self, request, run_id):
         principal = principal_of(request)
@@ -221,7 +263,11 @@ class RunInputsView(APIView):
 
 
 class RunReceiptView(APIView):
-    @extend_schema(operation_id="runs_receipt", responses=ReceiptResultSerializer)
+    @extend_schema(
+        operation_id="runs_receipt",
+        responses=ReceiptResultSerializer,
+        extensions=problems("run_not_found"),
+    )
     def get(self, request, run_id, idempotency_key):
         run = run_or_404(request, run_id)
         if not principal_of(request).is_service:
@@ -237,8 +283,9 @@ class RunReceiptView(APIView):
 class RunEventsView(APIView):
     @extend_schema(
         operation_id="runs_events",
-        parameters=[OpenApiParameter("after", int)],
+        parameters=[AFTER],
         responses=RunEventsSerializer,
+        extensions=problems("run_not_found"),
     )
     def get(self, request, run_id):
         run = run_or_404(request, run_id)
@@ -262,16 +309,30 @@ class RunEventStreamView(APIView):
     @extend_schema(
         operation_id="runs_events_stream",
         parameters=[
-            OpenApiParameter("after", int),
-            OpenApiParameter("Last-Event-ID", str, OpenApiParameter.HEADER),
+            AFTER,
+            OpenApiParameter(
+                "Last-Event-ID",
+                str,
+                OpenApiParameter.HEADER,
+                description="The `id` of the last event received: the stream resumes after it.",
+            ),
         ],
-        responses={(200, "text/event-stream"): OpenApiTypes.STR},
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(
+                SERVER_SENT_EVENT,
+                description=(
+                    "Server-sent events, one per run event. The stream ends after the run's final "
+                    "event, or after 30 s: reconnect with `Last-Event-ID`."
+                ),
+            )
+        },
+        extensions=problems("run_not_found", "too_many_streams"),
     )
     def get(self, request, run_id):
         run = run_or_404(request, run_id)
         after = int_param(request, "after")
         last_event_id = request.headers.get("Last-Event-ID", "")
-        if last_event_id.isdigit():
+        if last_event_id.isdigit() and int(last_event_id) <= MAX_SEQ:
             after = max(after, int(last_event_id))
         slot = _stream_slot(principal_of(request))
         response = StreamingHttpResponse(
@@ -350,10 +411,11 @@ class ConversationsView(APIView):
         operation_id="conversations_create",
         request=ConversationCreateSerializer,
         responses={201: ConversationSerializer},
+        extensions=problems("too_many_open_conversations"),
     )
     def post(self, request):
         principal = principal_of(request)
-        serializer = ConversationCreateSerializer(data=request.data or {})
+        serializer = ConversationCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         customer = customer_for(principal, serializer.validated_data)
         conversation = conversations.conversation_create(
@@ -379,6 +441,13 @@ class ConversationMessagesView(APIView):
         operation_id="conversations_send",
         request=MessageCreateSerializer,
         responses={202: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT},
+        extensions=problems(
+            "unknown_command",
+            "conversation_closed",
+            "run_finished",
+            "too_many_open_runs",
+            "too_many_queued_messages",
+        ),
     )
     def post(self, request, conversation_id):
         principal = principal_of(request)

@@ -2,7 +2,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agentportal.serializers import (
-    StrictCharField,
+    AccountField,
+    InterruptIdField,
     StrictIntegerField,
     StrictSerializer,
     TextField,
@@ -14,7 +15,7 @@ from runs.selectors import run_pending
 
 class RunCreateSerializer(StrictSerializer):
     message = TextField(min_length=1, max_length=4000)
-    account = StrictCharField(required=False, min_length=1, max_length=150)
+    account = AccountField(required=False)
 
 
 # A pending item: the interrupted call, and the fields the wait kinds add (runs.extensions),
@@ -76,7 +77,7 @@ class RunPageSerializer(serializers.Serializer):
 
 
 class RunInputCreateSerializer(StrictSerializer):
-    interrupt_id = StrictCharField(min_length=1, max_length=64)
+    interrupt_id = InterruptIdField()
     run_version = StrictIntegerField(min_value=1)
     text = TextField(min_length=1, max_length=4000)
 
@@ -104,7 +105,7 @@ class RunEventsSerializer(serializers.Serializer):
 
 
 class ConversationCreateSerializer(StrictSerializer):
-    account = StrictCharField(required=False, min_length=1, max_length=150)
+    account = AccountField(required=False)
 
 
 class ConversationSerializer(serializers.ModelSerializer):

@@ -1,6 +1,7 @@
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -144,6 +145,53 @@ def cluster(transactional_db):
     yield start
     for c in started:
         c.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def web_server(transactional_db):
+    """web_server(**env) -> the base URL of the product's web server (`manage.py serveweb`,
+    the product's settings) in a process of its own on the test database; stopped after the
+    test."""
+    started: list[subprocess.Popen] = []
+
+    def start(**env: str) -> str:
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "serveweb", "--port", str(port)],
+            env={
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "agentportal.settings",
+                "DATABASE_URL": database_url(),
+                **env,
+            },
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        started.append(server)
+        base = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return True
+            except OSError:
+                return server.poll() is not None
+
+        wait_for(healthy, timeout=30)
+        assert server.poll() is None, "the web server did not start"
+        return base
+
+    yield start
+    for server in started:
+        server.terminate()
+        server.wait(timeout=20)
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float = 60, interval: float = 0.1):

@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -12,15 +11,9 @@ import pytest
 
 from runs.models import AgentRun, RunStatus
 from tests import factories
-from tests.conftest import ROOT, database_url, wait_for
+from tests.conftest import ROOT, database_url, free_port, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _children(pid: int) -> list[int]:
@@ -46,7 +39,7 @@ def test_runportal_serves_runs_and_stops_both_children_on_sigterm(demo):
     # given: the portal started as the demo starts it
     alice = demo.memberships.get(user__username="alice").user
     key = factories.api_key_for(alice, demo)
-    port = _free_port()
+    port = free_port()
     portal = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "runportal", "--port", str(port)],
         env={**os.environ, "DATABASE_URL": database_url()},

@@ -51,3 +51,26 @@ def test_openapi_schema_matches_the_published_contract():
 
     # then nothing an integration sees has changed
     assert _canonical(json.loads(generated.stdout)) == _canonical(published)
+
+
+def test_the_schema_states_the_rules_the_api_enforces():
+    schema = json.loads((Path(__file__).parent / "openapi_v1.json").read_text())
+    components = schema["components"]["schemas"]
+    operations = [op for item in schema["paths"].values() for op in item.values()]
+
+    # every operation declares its problems, with the problem schema
+    for operation in operations:
+        for status in ("400", "401", "403", "406", "429"):
+            problem = operation["responses"][status]["content"]["application/problem+json"]
+            assert problem["schema"] == {"$ref": "#/components/schemas/Problem"}
+    # bodies name all their fields
+    for name in ("RunCreate", "MessageCreate", "TicketRevise", "RejectDecision"):
+        assert components[name]["additionalProperties"] is False
+    # a rejection needs a reason and a revision the arguments; lists start at 0
+    assert "reason" in components["RejectDecision"]["required"]
+    assert "tool_args" in components["ReviseDecision"]["required"]
+    events = schema["paths"]["/api/v1/runs/{run_id}/events"]["get"]["parameters"]
+    assert {"type": "integer", "minimum": 0, "maximum": 2**31 - 1} in [p["schema"] for p in events]
+    # the event stream is typed as one
+    stream = schema["paths"]["/api/v1/runs/{run_id}/events/stream"]["get"]["responses"]["200"]
+    assert list(stream["content"]) == ["text/event-stream"]

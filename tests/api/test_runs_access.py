@@ -294,11 +294,12 @@ def test_service_key_without_account_is_400(demo, api):
     assert AgentRun.objects.count() == 0
 
 
-def test_customer_sending_account_is_400(demo, api):
+def test_customer_naming_an_account_is_403(demo, api):
+    # Well formed, but acting for another customer is a service key's privilege.
     response = post_run(api("alice"), "cust-account", {**BODY, "account": "bob"})
 
-    body = assert_problem(response, 400, "validation_error")
-    assert "account" in [error["field"] for error in body["errors"]]
+    body = assert_problem(response, 403, "permission_denied")
+    assert "service keys" in body["detail"]
     assert AgentRun.objects.count() == 0
 
 

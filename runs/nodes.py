@@ -53,10 +53,11 @@ def model_step(run: AgentRun, lease: Lease) -> Step:
     schemas = [tool.schema() for tool in tools.values()]
     started = time.monotonic()
     try:
-        if client.blocking:
+        if client.waits:
             response = yield SlowCall(
-                lambda: client.complete(messages=run.messages, tools=schemas),
+                lambda: client.acomplete(messages=run.messages, tools=schemas),
                 CancellationToken(),
+                awaited=True,
             )
         else:
             response = client.complete(messages=run.messages, tools=schemas)

@@ -59,7 +59,7 @@ class ScriptedModel:
     """Reads the conversation like a model would and answers with the registered script's
     next move: a text, or a call of one of the tools declared to it."""
 
-    blocking = False
+    waits = False
 
     def __init__(self, script_name: str = extensions.DEFAULT_SCRIPT) -> None:
         self.script = extensions.script(script_name)

@@ -6,14 +6,12 @@ Nothing slow happens inside a transaction: the model and the tools are called be
 and every commit goes through runs.services.runs_step_commit, which re-checks each lease.
 """
 
-import functools
 import logging
 import math
-import operator
 import threading
 import time
 from collections.abc import Callable, Generator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -22,13 +20,13 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 from django.utils import timezone
 
-from runs import extensions, services
+from runs import extensions, inflight, services
 from runs.models import (
     AgentRun,
     RunStatus,
 )
 from runs.services import AccessRevoked, Lease, LostRun, StepCommit
-from runs.services.statements import held_by
+from runs.services.statements import held_by_row
 from runs.tools import (
     CancellationToken,
 )
@@ -59,14 +57,17 @@ def _config(name: str) -> Any:
 
 @dataclass(frozen=True)
 class SlowCall:
-    """Work a step waits on (a model or a tool that blocks): the worker runs it in a thread
-    and polls the run meanwhile, so that /stop is noticed within CANCEL_POLL_SECONDS, while
-    the other runs it holds go on."""
+    """Work a step waits on (a model or a tool that blocks): the worker polls the run
+    meanwhile, so that /stop is noticed within CANCEL_POLL_SECONDS, while the other runs it
+    holds go on. A blocking function runs in one of the tool threads; with `awaited`, the
+    function returns a coroutine, awaited on the process's event loop (runs.inflight) without
+    a thread of its own."""
 
     function: Callable[[], Any]
     token: CancellationToken
     # time.monotonic() past which the call is abandoned (CallTimedOut), or None.
     deadline: float | None = None
+    awaited: bool = False
 
 
 class CallTimedOut(Exception):
@@ -105,7 +106,7 @@ class _Claims:
     retry_at: float = 0.0
 
     def more(self, *, holding: int) -> list[Lease]:
-        batch = _config("TICK_BATCH_RUNS")
+        slots = _config("WORKER_IN_FLIGHT")
         now = time.monotonic()
         if self.spent:
             return []
@@ -114,10 +115,14 @@ class _Claims:
             self.spent = True
             _record_quietly(services.tick_enqueue)
             return []
-        if holding and (batch - holding < max(1, batch // 2) or now < self.retry_at):
+        # Only for slots free here, and a round's worth at a time: the worker processes take
+        # turns at the queue, so that one of them cannot take a shop's whole capacity while
+        # the others idle.
+        group = min(2 * _config("ROUND_RUNS"), slots)
+        if holding and (slots - holding < group or now < self.retry_at):
             return []
         try:
-            leases = services.runs_claim(limit=batch - holding)
+            leases = services.runs_claim(limit=group)
         except DatabaseError:
             logger.exception("claiming runs failed; trying again after a poll")
             leases = []
@@ -170,6 +175,8 @@ def _batch_execute(
                 batch += _batch_join(claims.more(holding=len(batch)), ends=ends)
             if not batch:
                 return
+            # Cleared before looking, so a call that ends after the look wakes the wait below.
+            _call_ended.clear()
             now = time.monotonic()
             for entry in batch:
                 if entry.call_done():
@@ -181,13 +188,18 @@ def _batch_execute(
                 polled = time.monotonic()
             ready = [f for f in batch if not f.done and isinstance(f.wants, StepCommit)]
             if ready:
+                # A round commits at most ROUND_RUNS steps (short transactions: on SQLite each
+                # holds the database's write lock); the runs it committed go to the back of
+                # the line, so every run gets its turn.
+                ready = ready[: _config("ROUND_RUNS")]
                 outcomes = services.runs_step_commit([(f.lease, f.wants) for f in ready])
                 for entry, outcome in zip(ready, outcomes, strict=True):
                     entry.advance(outcome)
+                committed = set(map(id, ready))
+                batch[:] = [e for e in batch if id(e) not in committed] + ready
                 continue
-            calls = [entry.future for entry in batch if entry.in_call()]
-            if calls:
-                wait(calls, timeout=_poll_timeout(batch), return_when=FIRST_COMPLETED)
+            if any(entry.in_call() for entry in batch):
+                _call_ended.wait(timeout=_poll_timeout(batch))
     finally:
         stranded = [entry for entry in batch if not entry.done]
         for entry in stranded:
@@ -283,8 +295,12 @@ class _RunInBatch:
             else:
                 self.error = error
             return
-        if isinstance(self.wants, SlowCall):
+        if isinstance(self.wants, SlowCall) and self.wants.awaited:
+            self.future = inflight.submit(self.wants.function)
+        elif isinstance(self.wants, SlowCall):
             self.future = _pool().submit(_in_thread, self.wants.function)
+        if self.future is not None:
+            self.future.add_done_callback(_wake)
 
     def _handle_stop(self, error: Exception) -> None:
         lease = self.lease
@@ -327,12 +343,16 @@ def _abandon_lost(batch: list[_RunInBatch]) -> None:
         return
     try:
         now = timezone.now()
-        held = set(
-            AgentRun.objects.filter(
-                functools.reduce(operator.or_, [held_by(entry.lease, now) for entry in batch])
-            ).values_list("pk", flat=True)
-        )
-        lost = [entry for entry in batch if entry.lease.run_id not in held]
+        # One read by key, however many runs wait: the lease is checked on each row here.
+        rows = AgentRun.objects.only(
+            "status", "lease_token", "control_version", "lease_expires_at"
+        ).in_bulk([entry.lease.run_id for entry in batch])
+        lost = [
+            entry
+            for entry in batch
+            if entry.lease.run_id not in rows
+            or not held_by_row(rows[entry.lease.run_id], entry.lease, now)
+        ]
         renew_by = now + timedelta(seconds=_config("LEASE_SECONDS") / 2)
         due = [
             entry.lease
@@ -350,6 +370,15 @@ def _abandon_lost(batch: list[_RunInBatch]) -> None:
 
 # --- waiting on slow work ------------------------------------------------------------------
 
+# Set when any slow call ends: the worker waits on this one event, however many calls are in
+# flight (waiting on each of hundreds of futures costs as much as the calls' own work).
+_call_ended = threading.Event()
+
+
+def _wake(_future: Future) -> None:
+    _call_ended.set()
+
+
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
@@ -358,10 +387,9 @@ def _pool() -> ThreadPoolExecutor:
     global _executor
     with _executor_lock:
         if _executor is None:
-            # Room for a batch's calls, and for calls of stopped runs that ignore their
-            # cancellation token (a model call runs to its timeout).
+            # The blocking tools' own threads: model calls never wait for one.
             _executor = ThreadPoolExecutor(
-                max_workers=2 * _config("TICK_BATCH_RUNS"), thread_name_prefix="agent-call"
+                max_workers=_config("TOOL_THREADS"), thread_name_prefix="agent-tool"
             )
         return _executor
 

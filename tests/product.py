@@ -8,9 +8,10 @@ import sys
 from django.conf import settings
 
 
-def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+def manage(*args: str, timeout: float | None = None, **env: str) -> subprocess.CompletedProcess:
     """Run `manage.py args` with the product's settings. The tests' own DJANGO_* variables
-    (their secret key, the browser tests' async switch) are left out; `env` adds to the rest."""
+    (their secret key, the browser tests' async switch) are left out; `env` adds to the rest.
+    A command that outlives `timeout` seconds is an error (subprocess.TimeoutExpired)."""
     base = {key: value for key, value in os.environ.items() if not key.startswith("DJANGO_")}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -23,4 +24,5 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
         },
         capture_output=True,
         text=True,
+        timeout=timeout,
     )

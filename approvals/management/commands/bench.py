@@ -48,6 +48,7 @@ from agentportal.principals import Principal
 from agentportal.services import api_key_create
 from approvals import plans
 from approvals import services as approval_services
+from approvals.management.commands._llm import llm_throughput
 from approvals.models import (
     Approval,
     ApprovalStatus,
@@ -73,6 +74,7 @@ MESSAGES = {
     "approval": "I want a refund for {order} amount 10",
     "stop": "What is the status of order {order}?",
     "plan": "I want to exchange the shoes from order {order} for size 43",
+    "llm": "What is the status of order {order}?",
 }
 STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
 FINISHED = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
@@ -91,9 +93,32 @@ class Command(BaseCommand):
         parser.add_argument(
             "--waiting", type=int, default=10_000, help="Runs waiting on plans (plan scenario)."
         )
+        parser.add_argument("--shops", type=int, default=20, help="Shops (llm scenario).")
+        parser.add_argument(
+            "--capacity", type=int, default=32, help="Each shop's capacity (llm scenario)."
+        )
+        parser.add_argument(
+            "--model-latency", type=float, default=1.0, help="Seconds a model call takes (llm)."
+        )
+        parser.add_argument(
+            "--one-call", action="store_true", help="The model answers text at once (llm)."
+        )
 
     def handle(
-        self, *args, runs, workers, scenario, calibration_runs, timeout, log, waiting, **options
+        self,
+        *args,
+        runs,
+        workers,
+        scenario,
+        calibration_runs,
+        timeout,
+        log,
+        waiting,
+        shops,
+        capacity,
+        model_latency,
+        one_call,
+        **options,
     ):
         if runs < 1 or workers < 1:
             raise CommandError("--runs and --workers must be at least 1")
@@ -113,6 +138,19 @@ class Command(BaseCommand):
             self._clear(merchant)
             result["reconcile"] = self._reconcile_sweep(merchant, waiting)
             self._clear(merchant)
+        elif scenario == "llm":
+            if shops < 1 or capacity < 1 or model_latency < 0:
+                raise CommandError("--shops and --capacity must be at least 1, a latency 0 or more")
+            result = llm_throughput(
+                self,
+                runs=runs,
+                workers=workers,
+                shops=shops,
+                capacity=capacity,
+                latency=model_latency,
+                one_call=one_call,
+                timeout=timeout,
+            )
         else:
             result = self._throughput(merchant, runs, workers, timeout)
         result.update(
@@ -136,6 +174,13 @@ class Command(BaseCommand):
             "queued_to_done_ms",
             "queries_per_step",
             "commits_per_run",
+            "shops",
+            "capacity",
+            "model_latency_s",
+            "max_in_flight",
+            "model_calls",
+            "ideal_runs_per_s",
+            "rss_mb",
             "decisions",
             "stops",
             "plans",
@@ -145,11 +190,15 @@ class Command(BaseCommand):
 
     # --- set-up ------------------------------------------------------------------------------
 
-    def _bench_shop(self, runs: int) -> Merchant:
+    def _bench_shop(self, runs: int, slug: str = BENCH_SHOP, capacity: int = 64) -> Merchant:
         """A shop with enough customers (each with an order) to queue every run at once."""
         merchant, _ = Merchant.objects.get_or_create(
-            slug=BENCH_SHOP, defaults={"name": "Benchmark shop", "max_running_runs": 64}
+            slug=slug, defaults={"name": "Benchmark shop", "max_running_runs": capacity}
         )
+        if merchant.max_running_runs != capacity:
+            merchant.max_running_runs = capacity
+            merchant.save(update_fields=["max_running_runs"])
+        prefix = "bench" if slug == BENCH_SHOP else slug
         for sku in ("SHOE-TRAIL-42", "SHOE-TRAIL-43"):
             StockLevel.objects.get_or_create(
                 merchant=merchant, sku=sku, defaults={"quantity": 1_000_000}
@@ -161,7 +210,10 @@ class Command(BaseCommand):
         existing = self._customers(merchant).count()
         if existing < needed:
             users = User.objects.bulk_create(
-                [User(username=f"bench-{index}", password="!") for index in range(existing, needed)]
+                [
+                    User(username=f"{prefix}-{index}", password="!")
+                    for index in range(existing, needed)
+                ]
             )
             users = list(User.objects.filter(username__in=[u.username for u in users]))
             Membership.objects.bulk_create(
@@ -172,7 +224,7 @@ class Command(BaseCommand):
                 [
                     Order(
                         merchant=merchant,
-                        number=f"ORD-{500000 + int(u.username.split('-')[1])}",
+                        number=_order_of(u),
                         customer=u,
                         status=OrderStatus.DELIVERED,
                         items=[
@@ -209,7 +261,7 @@ class Command(BaseCommand):
         customers = list(self._customers(merchant)[: -(-count // RUNS_PER_ACCOUNT)])
         for index in range(count):
             customer = customers[index // RUNS_PER_ACCOUNT]
-            order = f"ORD-{500000 + int(customer.username.split('-')[1])}"
+            order = _order_of(customer)
             message = MESSAGES[self.scenario].format(order=order)
             services.queue_run(
                 merchant=merchant,
@@ -281,13 +333,14 @@ class Command(BaseCommand):
             self._stop_cluster(cluster)
         return self._figures(merchant, runs)
 
-    def _figures(self, merchant: Merchant, runs: int) -> dict:
-        finished = AgentRun.objects.filter(merchant=merchant)
+    def _figures(self, merchant: Merchant | list[Merchant], runs: int) -> dict:
+        merchants = merchant if isinstance(merchant, list) else [merchant]
+        finished = AgentRun.objects.filter(merchant__in=merchants)
         failed = finished.exclude(status=RunStatus.COMPLETED).count()
         if failed:
             raise CommandError(f"{failed} runs did not complete")
         span = finished.aggregate(end=Max("finished_at"), steps=Sum("step"))
-        start = RunEvent.objects.filter(run__merchant=merchant, type="run.started").aggregate(
+        start = RunEvent.objects.filter(run__merchant__in=merchants, type="run.started").aggregate(
             start=Min("created_at")
         )["start"]
         wall = (span["end"] - start).total_seconds()
@@ -594,8 +647,8 @@ class Command(BaseCommand):
             "stops": {"count": stops, "request_ms": _p(request_ms), "abandon_ms": _p(abandon_ms)}
         }
 
-    def _start_cluster(self, workers: int) -> subprocess.Popen:
-        env = {**os.environ, "AGENTPORTAL_WORKERS": str(workers)}
+    def _start_cluster(self, workers: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+        env = {**os.environ, "AGENTPORTAL_WORKERS": str(workers), **(env or {})}
         return subprocess.Popen(
             [sys.executable, str(settings.BASE_DIR / "manage.py"), "qcluster"],
             env=env,
@@ -615,7 +668,7 @@ class Command(BaseCommand):
 
 
 def _order_of(customer: User) -> str:
-    return f"ORD-{500000 + int(customer.username.split('-')[1])}"
+    return f"ORD-{500000 + int(customer.username.rsplit('-', 1)[1])}"
 
 
 def _p(values: list[float]) -> dict[str, float]:

@@ -1,0 +1,117 @@
+"""The benchmark's `llm` scenario: runs whose model calls take seconds, through the real worker
+cluster and the real openai client, over many shops.
+
+The endpoint is the one in OPENAI_BASE_URL when AGENTPORTAL_MODEL=openai says so; otherwise a
+stub on loopback (runs.model_stub) that waits --model-latency seconds a call and answers like
+the scripted model (a tool call, then text), or with text at once (--one-call). Runs in flight
+are sampled from the database while the cluster works; `ideal_runs_per_s` is what the slots
+(the shops' capacities and the workers' in-flight limits) and the latency allow.
+"""
+
+import os
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import CommandError
+
+from runs.model_stub import ModelStub
+from runs.models import AgentRun, ModelAttempt, RunStatus
+
+FINISHED = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
+
+
+def llm_throughput(
+    command,
+    *,
+    runs: int,
+    workers: int,
+    shops: int,
+    capacity: int,
+    latency: float,
+    one_call: bool,
+    timeout: float,
+) -> dict:
+    merchants = [
+        command._bench_shop(-(-runs // shops), slug=f"bench-llm-{index}", capacity=capacity)
+        for index in range(shops)
+    ]
+    for merchant in merchants:
+        command._clear(merchant)
+    for index, merchant in enumerate(merchants):
+        command._queue(merchant, runs // shops + (1 if index < runs % shops else 0))
+
+    stub = None
+    if settings.AGENTPORTAL["MODEL"] == "openai" and os.environ.get("OPENAI_BASE_URL"):
+        base_url = os.environ["OPENAI_BASE_URL"]
+    else:
+        stub = ModelStub(latency=latency, text_only=one_call).start()
+        base_url = stub.base_url
+    cluster = command._start_cluster(
+        workers, env={"AGENTPORTAL_MODEL": "openai", "OPENAI_BASE_URL": base_url}
+    )
+    pending = AgentRun.objects.filter(merchant__in=merchants).exclude(status__in=FINISHED)
+    running = AgentRun.objects.filter(merchant__in=merchants, status=RunStatus.RUNNING)
+    most_in_flight = 0
+    try:
+        ends = time.monotonic() + timeout
+        while pending.exists():
+            if time.monotonic() > ends or cluster.poll() is not None:
+                raise CommandError(f"{pending.count()} runs unfinished; see the cluster log")
+            most_in_flight = max(most_in_flight, running.count())
+            time.sleep(0.05)
+        rss_mb = _peak_rss_mb(cluster.pid)
+    finally:
+        command._stop_cluster(cluster)
+        if stub is not None:
+            stub.stop()
+
+    result = command._figures(merchants, runs)
+    calls_per_run = 1 if one_call else 2
+    slots = min(shops * capacity, workers * settings.AGENTPORTAL["WORKER_IN_FLIGHT"])
+    result.update(
+        {
+            "shops": shops,
+            "capacity": capacity,
+            "model_latency_s": latency,
+            "max_in_flight": max(most_in_flight, stub.max_in_flight if stub else 0),
+            "model_calls": ModelAttempt.objects.filter(run__merchant__in=merchants).count(),
+            "ideal_runs_per_s": round(slots / (latency * calls_per_run), 1),
+            "rss_mb": rss_mb,
+        }
+    )
+    for merchant in merchants:
+        command._clear(merchant)
+    return result
+
+
+def _peak_rss_mb(root: int) -> list[float]:
+    """The peak resident memory of each process under `root` (the cluster's workers among
+    them), largest first."""
+    found = []
+    for pid in _descendants(root):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                found.append(round(int(line.split()[1]) / 1024, 1))
+    return sorted(found, reverse=True)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        frontier.extend(children.get(pid, []))
+    return found

@@ -1,0 +1,125 @@
+"""An OpenAI-compatible endpoint on loopback for the benchmark and the tests: POST
+/v1/chat/completions answers after `latency` seconds, like the scripted model would (a tool
+call, then text) or with text at once, and counts the calls it holds. It can also answer 429
+with Retry-After for a while, as a busy endpoint does.
+
+It runs on an event loop in a thread of its own, so that hundreds of calls can wait at once.
+"""
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from typing import Any
+
+from runs.extensions import DEFAULT_SCRIPT
+
+
+class ModelStub:
+    def __init__(self, *, latency: float, text_only: bool = False) -> None:
+        self.latency, self.text_only = latency, text_only
+        self.calls = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.throttled = 0
+        self.throttle_until = 0.0
+        self.throttle_retry_after = 1
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def start(self) -> "ModelStub":
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._connection, "127.0.0.1", 0, backlog=4096), self._loop
+        ).result()
+        return self
+
+    @property
+    def base_url(self) -> str:
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    def throttle(self, *, seconds: float, retry_after: int = 1) -> None:
+        """Answer 429 with Retry-After for the next `seconds`."""
+        self.throttle_retry_after = retry_after
+        self.throttle_until = time.monotonic() + seconds
+
+    def stop(self) -> None:
+        async def close() -> None:
+            self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    return
+                status, body, headers = await self._answer(*request)
+                data = json.dumps(body).encode()
+                head = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}"]
+                head += [f"{name}: {value}" for name, value in headers.items()]
+                head += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+                writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+
+    async def _answer(self, path: str, body: dict[str, Any]):
+        if path != "/v1/chat/completions":
+            return 404, {"error": {"message": "not found"}}, {}
+        if time.monotonic() < self.throttle_until:
+            self.throttled += 1
+            retry = {"Retry-After": str(self.throttle_retry_after)}
+            return 429, {"error": {"message": "slow down", "type": "rate_limit"}}, retry
+        self.calls += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.latency)
+        finally:
+            self.in_flight -= 1
+        return 200, self._completion(body), {}
+
+    def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.text_only:
+            message: dict[str, Any] = {"role": "assistant", "content": "Done: all is in order."}
+        else:
+            from runs.scripted import ScriptedModel
+
+            answer = ScriptedModel(DEFAULT_SCRIPT).complete(
+                messages=body["messages"], tools=body.get("tools", [])
+            )
+            message = answer.as_message()
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "stub"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, Any]] | None:
+    line = await reader.readline()
+    if not line:
+        return None
+    _, path, _ = line.decode().split(" ", 2)
+    length = 0
+    while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = header.decode().partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    payload = await reader.readexactly(length) if length else b"{}"
+    return path, json.loads(payload)

@@ -1,0 +1,196 @@
+"""Hundreds of runs in flight while models think: the real django-q2 cluster and the real openai
+client against a slow OpenAI-compatible endpoint on loopback (runs.model_stub), which counts
+the calls it holds at once."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from runs import services
+from runs.model_stub import ModelStub
+from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStatus
+from tests import factories
+from tests.conftest import wait_for
+from tests.product import manage
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+QUESTION = "What is the status of order ORD-1001?"
+
+
+@pytest.fixture
+def stub():
+    started: list[ModelStub] = []
+
+    def start(**kwargs) -> ModelStub:
+        started.append(ModelStub(**kwargs).start())
+        return started[-1]
+
+    yield start
+    for endpoint in started:
+        endpoint.stop()
+
+
+@pytest.fixture
+def many_open_runs(settings):
+    """Tests queue hundreds of runs for one customer: lift the per-account limit."""
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "MAX_OPEN_RUNS_PER_ACCOUNT": 10_000}
+
+
+def _openai(endpoint: ModelStub, **env: str) -> dict[str, str]:
+    return {"AGENTPORTAL_MODEL": "openai", "OPENAI_BASE_URL": endpoint.base_url, **env}
+
+
+def _queue(demo, count: int) -> list:
+    alice = User.objects.get(username="alice")
+    return [
+        factories.run_queue(customer=alice, merchant=demo, message=QUESTION).pk
+        for _ in range(count)
+    ]
+
+
+def _all_finished(run_ids) -> bool:
+    return not AgentRun.objects.filter(pk__in=run_ids, finished_at__isnull=True).exists()
+
+
+def _statuses(run_ids) -> set[str]:
+    return set(AgentRun.objects.filter(pk__in=run_ids).values_list("status", flat=True))
+
+
+@pytest.mark.usefixtures("many_open_runs")
+def test_two_hundred_runs_wait_on_the_model_at_once_and_all_complete(demo, cluster, stub):
+    # given a shop with room for all of them and an endpoint that takes 2 s a call
+    demo.max_running_runs = 256
+    demo.save(update_fields=["max_running_runs"])
+    endpoint = stub(latency=2.0, text_only=True)
+    run_ids = _queue(demo, 200)
+
+    # when two worker processes take them
+    cluster(workers=2, env=_openai(endpoint))
+    wait_for(lambda: _all_finished(run_ids), timeout=120, interval=0.2)
+
+    # then every run completed with one call, and at least 100 calls waited at once
+    assert _statuses(run_ids) == {RunStatus.COMPLETED}
+    assert endpoint.calls == 200
+    assert endpoint.max_in_flight >= 100
+    assert ModelAttempt.objects.filter(status=AttemptStatus.RESPONDED).count() == 200
+
+
+@pytest.mark.usefixtures("many_open_runs")
+def test_stop_among_two_hundred_calls_in_flight_commits_nothing_of_the_late_answer(
+    demo, api, cluster, stub
+):
+    # given 200 runs waiting on a 3-second model, one of them in alice's conversation
+    demo.max_running_runs = 256
+    demo.save(update_fields=["max_running_runs"])
+    endpoint = stub(latency=3.0, text_only=True)
+    alice = api("alice")
+    conversation = alice.post("/api/v1/conversations", {}, format="json").json()["id"]
+    messages = f"/api/v1/conversations/{conversation}/messages"
+    stopped = alice.post(messages, {"text": QUESTION}, format="json").json()["run_id"]
+    others = _queue(demo, 199)
+    cluster(workers=2, env=_openai(endpoint))
+    wait_for(lambda: endpoint.in_flight >= 150, timeout=60, interval=0.05)
+
+    # when alice says /stop
+    answer = alice.post(messages, {"text": "/stop"}, format="json")
+
+    # then it is cancelled at once; once every late answer came, none of it landed there
+    assert answer.status_code == 200
+    assert AgentRun.objects.get(pk=stopped).status == RunStatus.CANCELLED
+    wait_for(lambda: _all_finished(others), timeout=120, interval=0.2)
+    assert _statuses(others) == {RunStatus.COMPLETED}
+    types = list(RunEvent.objects.filter(run_id=stopped).values_list("type", flat=True))
+    assert "model.responded" not in types and types[-1] == "run.cancelled"
+    assert not ModelAttempt.objects.filter(run_id=stopped, status=AttemptStatus.RESPONDED)
+
+
+@pytest.mark.usefixtures("many_open_runs")
+def test_a_worker_killed_with_two_hundred_calls_in_flight_loses_no_run_and_no_attempt(
+    demo, cluster, stub
+):
+    # given 200 runs in flight on a cluster with short leases
+    demo.max_running_runs = 256
+    demo.save(update_fields=["max_running_runs"])
+    endpoint = stub(latency=2.0, text_only=True)
+    env = _openai(endpoint, AGENTPORTAL_LEASE_SECONDS="4")
+    run_ids = _queue(demo, 200)
+    first = cluster(workers=2, env=env)
+    wait_for(lambda: endpoint.in_flight >= 100, timeout=60, interval=0.05)
+
+    # when it is SIGKILLed, its leases expire, the backstop requeues and another cluster runs
+    first.kill()
+    wait_for(
+        lambda: (
+            not AgentRun.objects.filter(
+                pk__in=run_ids, status=RunStatus.RUNNING, lease_expires_at__gte=timezone.now()
+            ).exists()
+        ),
+        timeout=30,
+    )
+    services.maintain()
+    cluster(workers=2, env=env)
+    wait_for(lambda: _all_finished(run_ids), timeout=120, interval=0.2)
+
+    # then every run completed once, and every attempt is accounted for
+    assert _statuses(run_ids) == {RunStatus.COMPLETED}
+    attempts = ModelAttempt.objects.filter(run_id__in=run_ids)
+    assert not attempts.filter(status=AttemptStatus.STARTED).exists()
+    assert attempts.filter(status=AttemptStatus.RESPONDED).count() == 200
+    assert RunEvent.objects.filter(run_id__in=run_ids, type="run.completed").count() == 200
+
+
+@pytest.mark.usefixtures("many_open_runs")
+def test_an_endpoint_that_asks_for_pauses_slows_calls_down_and_fails_no_run(demo, cluster, stub):
+    # given an endpoint that answers 429 with Retry-After: 1 for its first 3 seconds
+    endpoint = stub(latency=0.2, text_only=True)
+    endpoint.throttle(seconds=3, retry_after=1)
+    run_ids = _queue(demo, 20)
+
+    # when the cluster runs them
+    cluster(workers=2, env=_openai(endpoint))
+    wait_for(lambda: _all_finished(run_ids), timeout=120, interval=0.2)
+
+    # then none failed; calls were refused and tried again, and the attempts say so
+    assert _statuses(run_ids) == {RunStatus.COMPLETED}
+    assert endpoint.throttled > 0
+    attempts = ModelAttempt.objects.filter(run_id__in=run_ids)
+    assert not attempts.filter(status=AttemptStatus.FAILED).exists()
+    assert sum(a.usage.get("throttled_tries", 0) for a in attempts) >= 1
+
+
+@pytest.mark.usefixtures("many_open_runs")
+def test_a_shop_of_capacity_two_never_has_more_than_two_calls_running(demo, cluster, stub):
+    # given a shop of capacity 2 with 30 queued runs, and workers with 256 free slots each
+    demo.max_running_runs = 2
+    demo.save(update_fields=["max_running_runs"])
+    endpoint = stub(latency=0.3, text_only=True)
+    run_ids = _queue(demo, 30)
+
+    # when the cluster runs them, counting what runs at each moment
+    cluster(workers=2, env=_openai(endpoint))
+    most_running = 0
+
+    def finished_watching() -> bool:
+        nonlocal most_running
+        running = AgentRun.objects.filter(pk__in=run_ids, status=RunStatus.RUNNING).count()
+        most_running = max(most_running, running)
+        return _all_finished(run_ids)
+
+    wait_for(finished_watching, timeout=120, interval=0.05)
+
+    # then never more than two at once, by the database and by the endpoint
+    assert _statuses(run_ids) == {RunStatus.COMPLETED}
+    assert most_running <= 2
+    assert endpoint.max_in_flight <= 2
+
+
+@pytest.mark.parametrize(
+    "variable", ["AGENTPORTAL_WORKER_IN_FLIGHT", "AGENTPORTAL_MODEL_CONCURRENCY"]
+)
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_a_bad_in_flight_setting_stops_the_worker_at_start_naming_it(variable, value):
+    started = manage("qcluster", timeout=60, DJANGO_SECRET_KEY="k" * 50, **{variable: value})
+
+    assert started.returncode != 0
+    assert f"{variable} must be a whole number of 1 or more, not '{value}'." in started.stderr

@@ -2,6 +2,7 @@
 OpenAI-compatible server started in the test, driven by the in-process worker (DESIGN 5, 8)."""
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -310,6 +311,30 @@ def test_openai_server_always_failing_fails_run_with_model_error(demo, chat_serv
     assert types[-1] == "run.failed"
     failed_event = RunEvent.objects.get(run=run, type="run.failed")
     assert failed_event.data["error_code"] == ErrorCode.MODEL_ERROR
+
+
+def test_an_unreachable_endpoint_fails_the_run_with_model_error_and_frees_its_slot(demo, settings):
+    # given an endpoint where nothing listens
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    settings.AGENTPORTAL = {
+        **settings.AGENTPORTAL,
+        "MODEL": "openai",
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port}/v1",
+        "MODEL_ATTEMPTS_PER_STEP": 2,
+    }
+    run = alice_run(demo)
+
+    # when a worker takes it
+    worker.tick()
+
+    # then both attempts failed, the run failed with MODEL_ERROR, and it holds no slot
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (RunStatus.FAILED, ErrorCode.MODEL_ERROR)
+    assert attempts_of(run) == [(0, 1, AttemptStatus.FAILED), (0, 2, AttemptStatus.FAILED)]
+    assert "APIConnectionError" in run.error_detail
+    assert run.finished_at is not None
 
 
 def test_openai_timeout_fails_attempts_then_run_with_model_error(demo, chat_server, openai_model):

@@ -8,6 +8,7 @@ from django.views import defaults
 from agentportal.problems import api_not_found, api_server_error
 
 WORKER_FRESH = timedelta(seconds=90)  # maintain beats once a minute, give or take 30 s
+PROCESS_FRESH = timedelta(seconds=10)  # a process executing runs reports every 2 s
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -19,9 +20,20 @@ def healthz(request: HttpRequest) -> JsonResponse:
         database = "ok"
     except Exception:
         return JsonResponse({"database": "down", "worker": "unknown"}, status=503)
+    now = timezone.now()
     beat = WorkerHeartbeat.objects.filter(name="worker").first()
-    worker = "ok" if beat and timezone.now() - beat.seen_at < WORKER_FRESH else "stale"
-    return JsonResponse({"database": database, "worker": worker})
+    worker = "ok" if beat and now - beat.seen_at < WORKER_FRESH else "stale"
+    # Each worker process executing runs now: what it holds, and its model endpoints' queues.
+    processes = WorkerHeartbeat.objects.filter(
+        name__startswith="process:", seen_at__gte=now - PROCESS_FRESH
+    ).order_by("name")
+    return JsonResponse(
+        {
+            "database": database,
+            "worker": worker,
+            "worker_processes": [{"name": p.name, **p.report} for p in processes],
+        }
+    )
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

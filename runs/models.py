@@ -326,8 +326,12 @@ class AgentRelease(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    name = models.CharField(max_length=40, primary_key=True)
+    """The maintenance sweeps' beat ("worker"), and each worker process's while it executes
+    runs ("process:<host>:<pid>", with what it holds in `report`)."""
+
+    name = models.CharField(max_length=120, primary_key=True)
     seen_at = models.DateTimeField()
+    report = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"{self.name} at {self.seen_at:%H:%M:%S}"

@@ -8,6 +8,8 @@ and every commit goes through runs.services.runs_step_commit, which re-checks ea
 
 import logging
 import math
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -34,6 +36,9 @@ from runs.tools import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# How often a worker process records what it holds.
+REPORT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,7 @@ def _batch_execute(
     noticed by the next step's commit, which hands the run back to the queue. Whatever stops
     this loop itself hands the runs still in it back to the queue at once.
     """
-    polled = time.monotonic()
+    polled = reported = time.monotonic()
     try:
         while True:
             if not connection.in_atomic_block:
@@ -174,6 +179,7 @@ def _batch_execute(
             if claims is not None:
                 batch += _batch_join(claims.more(holding=len(batch)), ends=ends)
             if not batch:
+                _report(holding=0)
                 return
             # Cleared before looking, so a call that ends after the look wakes the wait below.
             _call_ended.clear()
@@ -186,6 +192,9 @@ def _batch_execute(
             if time.monotonic() - polled >= _config("CANCEL_POLL_SECONDS"):
                 _abandon_lost([entry for entry in batch if entry.in_call()])
                 polled = time.monotonic()
+            if time.monotonic() - reported >= REPORT_SECONDS:
+                _report(holding=len(batch))
+                reported = time.monotonic()
             ready = [f for f in batch if not f.done and isinstance(f.wants, StepCommit)]
             if ready:
                 # A round commits at most ROUND_RUNS steps (short transactions: on SQLite each
@@ -206,6 +215,19 @@ def _batch_execute(
             entry.drop()
         if stranded:
             _record_quietly(services.runs_release, [entry.lease for entry in stranded])
+
+
+def _report(*, holding: int) -> None:
+    """What this process holds, for /healthz: runs in flight, free slots, and each model
+    endpoint's calls in flight, waiting and paused."""
+    report = {
+        "in_flight": holding,
+        "free_slots": _config("WORKER_IN_FLIGHT") - holding,
+        "model_endpoints": inflight.gates_report(),
+    }
+    # The name is read at each report: worker processes are forked after this module loads.
+    name = f"process:{socket.gethostname()}:{os.getpid()}"
+    _record_quietly(services.heartbeat_record, name=name, report=report)
 
 
 def _poll_timeout(batch: list["_RunInBatch"]) -> float:

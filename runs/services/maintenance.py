@@ -21,8 +21,11 @@ from runs.services.statements import lease_expired, occupying_count
 logger = logging.getLogger(__name__)
 
 
-def heartbeat_record(*, name: str = "worker") -> None:
-    WorkerHeartbeat.objects.update_or_create(name=name, defaults={"seen_at": timezone.now()})
+def heartbeat_record(*, name: str = "worker", report: dict | None = None) -> None:
+    defaults = {"seen_at": timezone.now()}
+    if report is not None:
+        defaults["report"] = report
+    WorkerHeartbeat.objects.update_or_create(name=name, defaults=defaults)
 
 
 def leases_expired_requeue() -> int:

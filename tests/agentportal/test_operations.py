@@ -23,7 +23,7 @@ def test_healthz_without_a_heartbeat_reports_the_worker_stale(db):
     response = APIClient().get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"database": "ok", "worker": "stale"}
+    assert response.json() == {"database": "ok", "worker": "stale", "worker_processes": []}
 
 
 def test_healthz_after_a_heartbeat_reports_the_worker_ok(db):
@@ -32,7 +32,7 @@ def test_healthz_after_a_heartbeat_reports_the_worker_ok(db):
     response = APIClient().get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"database": "ok", "worker": "ok"}
+    assert response.json() == {"database": "ok", "worker": "ok", "worker_processes": []}
 
 
 def test_healthz_with_an_old_heartbeat_reports_the_worker_stale(db):
@@ -40,7 +40,7 @@ def test_healthz_with_an_old_heartbeat_reports_the_worker_stale(db):
 
     response = APIClient().get("/healthz")
 
-    assert response.json() == {"database": "ok", "worker": "stale"}
+    assert response.json() == {"database": "ok", "worker": "stale", "worker_processes": []}
 
 
 # --- unknown API paths and the schema ----------------------------------------------------------

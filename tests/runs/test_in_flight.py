@@ -58,22 +58,36 @@ def _statuses(run_ids) -> set[str]:
 
 
 @pytest.mark.usefixtures("many_open_runs")
-def test_two_hundred_runs_wait_on_the_model_at_once_and_all_complete(demo, cluster, stub):
-    # given a shop with room for all of them and an endpoint that takes 2 s a call
+def test_two_hundred_runs_wait_on_the_model_at_once_and_all_complete(demo, cluster, stub, client):
+    # given a shop with room for all of them and an endpoint that takes 4 s a call (the
+    # workers report what they hold every 2 s)
     demo.max_running_runs = 256
     demo.save(update_fields=["max_running_runs"])
-    endpoint = stub(latency=2.0, text_only=True)
+    endpoint = stub(latency=4.0, text_only=True)
     run_ids = _queue(demo, 200)
 
-    # when two worker processes take them
+    # when two worker processes take them, /healthz watched meanwhile
     cluster(workers=2, env=_openai(endpoint))
-    wait_for(lambda: _all_finished(run_ids), timeout=120, interval=0.2)
+    reports: list[dict] = []
+
+    def finished_watching() -> bool:
+        reports.append(client.get("/healthz").json())
+        return _all_finished(run_ids)
+
+    wait_for(finished_watching, timeout=120, interval=0.2)
 
     # then every run completed with one call, and at least 100 calls waited at once
     assert _statuses(run_ids) == {RunStatus.COMPLETED}
     assert endpoint.calls == 200
     assert endpoint.max_in_flight >= 100
     assert ModelAttempt.objects.filter(status=AttemptStatus.RESPONDED).count() == 200
+    # and /healthz said what each worker process held, and its endpoint's calls
+    held = [sum(p["in_flight"] for p in r["worker_processes"]) for r in reports]
+    assert max(held) >= 100
+    busiest = max((p for r in reports for p in r["worker_processes"]), key=lambda p: p["in_flight"])
+    assert busiest["free_slots"] == 256 - busiest["in_flight"]
+    [(endpoint_name, queue)] = busiest["model_endpoints"].items()
+    assert endpoint.base_url in endpoint_name and queue["in_flight"] >= 1
 
 
 @pytest.mark.usefixtures("many_open_runs")

@@ -175,11 +175,11 @@ def test_an_endpoint_that_asks_for_pauses_slows_calls_down_and_fails_no_run(demo
 
 @pytest.mark.usefixtures("many_open_runs")
 def test_a_shop_of_capacity_two_never_has_more_than_two_calls_running(demo, cluster, stub):
-    # given a shop of capacity 2 with 30 queued runs, and workers with 256 free slots each
+    # given a shop of capacity 2 with 100 queued runs, and workers with 256 free slots each
     demo.max_running_runs = 2
     demo.save(update_fields=["max_running_runs"])
-    endpoint = stub(latency=0.3, text_only=True)
-    run_ids = _queue(demo, 30)
+    endpoint = stub(latency=0.1, text_only=True)
+    run_ids = _queue(demo, 100)
 
     # when the cluster runs them, counting what runs at each moment
     cluster(workers=2, env=_openai(endpoint))

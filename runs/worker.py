@@ -170,6 +170,7 @@ def _batch_execute(
     this loop itself hands the runs still in it back to the queue at once.
     """
     polled = reported = time.monotonic()
+    reports = 0
     try:
         while True:
             if not connection.in_atomic_block:
@@ -179,7 +180,8 @@ def _batch_execute(
             if claims is not None:
                 batch += _batch_join(claims.more(holding=len(batch)), ends=ends)
             if not batch:
-                _report(holding=0)
+                if reports:
+                    _report(holding=0)  # what it said it held is over
                 return
             # Cleared before looking, so a call that ends after the look wakes the wait below.
             _call_ended.clear()
@@ -194,7 +196,7 @@ def _batch_execute(
                 polled = time.monotonic()
             if time.monotonic() - reported >= REPORT_SECONDS:
                 _report(holding=len(batch))
-                reported = time.monotonic()
+                reported, reports = time.monotonic(), reports + 1
             ready = [f for f in batch if not f.done and isinstance(f.wants, StepCommit)]
             if ready:
                 # A round commits at most ROUND_RUNS steps (short transactions: on SQLite each

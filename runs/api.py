@@ -332,7 +332,8 @@ class RunEventStreamView(APIView):
         run = run_or_404(request, run_id)
         after = int_param(request, "after")
         last_event_id = request.headers.get("Last-Event-ID", "")
-        if last_event_id.isdigit() and int(last_event_id) <= MAX_SEQ:
+        # An id this stream never sent (not ASCII digits, or out of range) is ignored.
+        if last_event_id.isascii() and last_event_id.isdigit() and int(last_event_id) <= MAX_SEQ:
             after = max(after, int(last_event_id))
         slot = _stream_slot(principal_of(request))
         response = StreamingHttpResponse(

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from runs.extensions import DEFAULT_SCRIPT
+from runs.scripted import ScriptedModel
 
 
 class ModelStub:
@@ -95,8 +96,6 @@ class ModelStub:
         if self.text_only:
             message: dict[str, Any] = {"role": "assistant", "content": "Done: all is in order."}
         else:
-            from runs.scripted import ScriptedModel
-
             answer = ScriptedModel(DEFAULT_SCRIPT).complete(
                 messages=body["messages"], tools=body.get("tools", [])
             )

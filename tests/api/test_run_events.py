@@ -142,6 +142,16 @@ def test_stream_honours_last_event_id(alice, finished_run):
     assert ids == list(range(4, last_seq + 1))
 
 
+@pytest.mark.parametrize("last_event_id", ["\u00b9", "\u0663", "99999999999999999999", "x"])
+def test_a_last_event_id_the_stream_never_sent_is_ignored(alice, finished_run, last_event_id):
+    # A superscript digit passes str.isdigit() but not int(): it was a 500.
+    response = stream(alice, finished_run, HTTP_LAST_EVENT_ID=last_event_id)
+
+    ids = [int(event["id"]) for event in sse_events(response)]
+    assert response.status_code == 200
+    assert ids[0] == 1
+
+
 def test_stream_of_a_cancelled_run_ends_after_run_cancelled(alice, queued_run):
     assert alice.post(f"{RUNS}/{queued_run}/cancel").status_code == 200
 

@@ -16,73 +16,76 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from runs.model_stub import ModelStub
-from runs.models import AgentRun, ModelAttempt, RunStatus
-
-FINISHED = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
+from runs.models import FINISHED_STATUSES, AgentRun, ModelAttempt, RunStatus
 
 
-def llm_throughput(
-    command,
-    *,
-    runs: int,
-    workers: int,
-    shops: int,
-    capacity: int,
-    latency: float,
-    one_call: bool,
-    timeout: float,
-) -> dict:
-    merchants = [
-        command._bench_shop(-(-runs // shops), slug=f"bench-llm-{index}", capacity=capacity)
-        for index in range(shops)
-    ]
-    for merchant in merchants:
-        command._clear(merchant)
-    for index, merchant in enumerate(merchants):
-        command._queue(merchant, runs // shops + (1 if index < runs % shops else 0))
+class LlmScenario:
+    """The bench command's `llm` scenario; the command supplies the shops, the queue, the
+    cluster and the figures."""
 
-    stub = None
-    if settings.AGENTPORTAL["MODEL"] == "openai" and os.environ.get("OPENAI_BASE_URL"):
-        base_url = os.environ["OPENAI_BASE_URL"]
-    else:
-        stub = ModelStub(latency=latency, text_only=one_call).start()
-        base_url = stub.base_url
-    cluster = command._start_cluster(
-        workers, env={"AGENTPORTAL_MODEL": "openai", "OPENAI_BASE_URL": base_url}
-    )
-    pending = AgentRun.objects.filter(merchant__in=merchants).exclude(status__in=FINISHED)
-    running = AgentRun.objects.filter(merchant__in=merchants, status=RunStatus.RUNNING)
-    most_in_flight = 0
-    try:
-        ends = time.monotonic() + timeout
-        while pending.exists():
-            if time.monotonic() > ends or cluster.poll() is not None:
-                raise CommandError(f"{pending.count()} runs unfinished; see the cluster log")
-            most_in_flight = max(most_in_flight, running.count())
-            time.sleep(0.05)
-        rss_mb = _peak_rss_mb(cluster.pid)
-    finally:
-        command._stop_cluster(cluster)
-        if stub is not None:
-            stub.stop()
+    def _llm_throughput(
+        self,
+        *,
+        runs: int,
+        workers: int,
+        shops: int,
+        capacity: int,
+        latency: float,
+        one_call: bool,
+        timeout: float,
+    ) -> dict:
+        merchants = [
+            self._bench_shop(-(-runs // shops), slug=f"bench-llm-{index}", capacity=capacity)
+            for index in range(shops)
+        ]
+        for merchant in merchants:
+            self._clear(merchant)
+        for index, merchant in enumerate(merchants):
+            self._queue(merchant, runs // shops + (1 if index < runs % shops else 0))
 
-    result = command._figures(merchants, runs)
-    calls_per_run = 1 if one_call else 2
-    slots = min(shops * capacity, workers * settings.AGENTPORTAL["WORKER_IN_FLIGHT"])
-    result.update(
-        {
-            "shops": shops,
-            "capacity": capacity,
-            "model_latency_s": latency,
-            "max_in_flight": max(most_in_flight, stub.max_in_flight if stub else 0),
-            "model_calls": ModelAttempt.objects.filter(run__merchant__in=merchants).count(),
-            "ideal_runs_per_s": round(slots / (latency * calls_per_run), 1),
-            "rss_mb": rss_mb,
-        }
-    )
-    for merchant in merchants:
-        command._clear(merchant)
-    return result
+        stub = None
+        if settings.AGENTPORTAL["MODEL"] == "openai" and os.environ.get("OPENAI_BASE_URL"):
+            base_url = os.environ["OPENAI_BASE_URL"]
+        else:
+            stub = ModelStub(latency=latency, text_only=one_call).start()
+            base_url = stub.base_url
+        cluster = self._start_cluster(
+            workers, env={"AGENTPORTAL_MODEL": "openai", "OPENAI_BASE_URL": base_url}
+        )
+        runs_of = AgentRun.objects.filter(merchant__in=merchants)
+        pending = runs_of.exclude(status__in=FINISHED_STATUSES)
+        running = runs_of.filter(status=RunStatus.RUNNING)
+        most_in_flight = 0
+        try:
+            ends = time.monotonic() + timeout
+            while pending.exists():
+                if time.monotonic() > ends or cluster.poll() is not None:
+                    raise CommandError(f"{pending.count()} runs unfinished; see the cluster log")
+                most_in_flight = max(most_in_flight, running.count())
+                time.sleep(0.05)
+            rss_mb = _peak_rss_mb(cluster.pid)
+        finally:
+            self._stop_cluster(cluster)
+            if stub is not None:
+                stub.stop()
+
+        result = self._figures(merchants, runs)
+        calls_per_run = 1 if one_call else 2
+        slots = min(shops * capacity, workers * settings.AGENTPORTAL["WORKER_IN_FLIGHT"])
+        result.update(
+            {
+                "shops": shops,
+                "capacity": capacity,
+                "model_latency_s": latency,
+                "max_in_flight": max(most_in_flight, stub.max_in_flight if stub else 0),
+                "model_calls": ModelAttempt.objects.filter(run__merchant__in=merchants).count(),
+                "ideal_runs_per_s": round(slots / (latency * calls_per_run), 1),
+                "rss_mb": rss_mb,
+            }
+        )
+        for merchant in merchants:
+            self._clear(merchant)
+        return result
 
 
 def _peak_rss_mb(root: int) -> list[float]:

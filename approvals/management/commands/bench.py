@@ -48,7 +48,7 @@ from agentportal.principals import Principal
 from agentportal.services import api_key_create
 from approvals import plans
 from approvals import services as approval_services
-from approvals.management.commands._llm import llm_throughput
+from approvals.management.commands._llm import LlmScenario
 from approvals.models import (
     Approval,
     ApprovalStatus,
@@ -80,7 +80,7 @@ STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
 FINISHED = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
-class Command(BaseCommand):
+class Command(LlmScenario, BaseCommand):
     help = "Benchmark scripted runs through the real worker cluster; prints one JSON line last."
 
     def add_arguments(self, parser):
@@ -141,8 +141,7 @@ class Command(BaseCommand):
         elif scenario == "llm":
             if shops < 1 or capacity < 1 or model_latency < 0:
                 raise CommandError("--shops and --capacity must be at least 1, a latency 0 or more")
-            result = llm_throughput(
-                self,
+            result = self._llm_throughput(
                 runs=runs,
                 workers=workers,
                 shops=shops,

@@ -11,15 +11,19 @@ from runs.services.changes import RunChange, run_changes_write
 from runs.services.leases import Lease, lease_expires_at
 from runs.services.statements import (
     CANDIDATES_SQL,
+    CLAIM_SHOPS,
     CLAIM_UPDATE_SQL,
-    MERCHANT_LOCK_SQL,
+    MERCHANTS_LOCK_SQL,
+    NEXT_RUNS_OF_SHOPS_SQL,
     NEXT_RUNS_SQL,
-    OCCUPYING_COUNT_SQL,
+    OCCUPYING_COUNTS_SQL,
     SCHEDULED_SQL,
     assignments,
     prepared,
     rows_insert,
     run_pk,
+    shop_ids,
+    shop_quotas,
 )
 
 
@@ -28,21 +32,26 @@ def runs_claim(*, limit: int) -> list[Lease]:
 
     Shops under their reserved slots first (up to those slots), then the shop scheduled
     longest ago, then its oldest runs, as if the runs were claimed one at a time: the room is
-    shared among the shops in that order, each within its free capacity, and what a shop
-    cannot use goes round again. Each shop's runs are claimed in one transaction, and its
-    Merchant row's lock makes the capacity check exact across workers.
+    dealt out among the shops in that order, each within its free capacity, and what a shop
+    cannot use goes round again. Up to CLAIM_SHOPS shops are claimed from in one transaction,
+    and their Merchant rows' locks make the capacity checks exact across workers.
     """
     leases: list[Lease] = []
     for _ in range(100):
+        room = limit - len(leases)
         with connection.cursor() as cursor:
-            cursor.execute(CANDIDATES_SQL, {"now": timezone.now()})
+            cursor.execute(CANDIDATES_SQL, {"now": timezone.now(), "limit": room})
             candidates = [row[0] for row in cursor.fetchall()]
         if not candidates:
             return leases
-        share = -(-(limit - len(leases)) // len(candidates))
+        # One at a time round the shops: each gets the same, the first ones one more.
+        each, more = divmod(room, len(candidates))
+        shares = {shop: each + (index < more) for index, shop in enumerate(candidates)}
         progress = False
-        for merchant_id in candidates:
-            claimed, failed = _claim_from(merchant_id, min(share, limit - len(leases)))
+        for start in range(0, len(candidates), CLAIM_SHOPS):
+            claimed, failed = _claim_from(
+                candidates[start : start + CLAIM_SHOPS], shares=shares, limit=limit - len(leases)
+            )
             leases += claimed
             progress = progress or bool(claimed or failed)
             if len(leases) >= limit:
@@ -52,54 +61,55 @@ def runs_claim(*, limit: int) -> list[Lease]:
     return leases
 
 
-def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
-    """Claim up to `limit` runs of a merchant; the leases, and how many of the runs found had
-    to be failed instead (past their deadline or out of budget)."""
+def _claim_from(
+    candidates: list[int], *, shares: dict[int, int], limit: int
+) -> tuple[list[Lease], int]:
+    """Claim up to its share of runs from each shop in `candidates`, in their order, and
+    `limit` in all; the leases, and how many of the runs found had to be failed instead (past
+    their deadline or out of budget)."""
     with transaction.atomic():
         now = timezone.now()
+        ids = shop_ids(candidates)
         # Lock first and count after: a count taken in the locking statement would be read
         # from before the wait on PostgreSQL and miss the claim that held the lock.
-        merchant = Merchant.objects.raw(
-            MERCHANT_LOCK_SQL.format(lock=locks.row_lock_clause(no_key=True)), [merchant_id]
-        )[0]
-        moment = {"merchant": merchant_id, "now": prepared(AgentRun, "lease_expires_at", now)}
-        with connection.cursor() as cursor:
-            cursor.execute(OCCUPYING_COUNT_SQL, moment)
-            [occupied] = cursor.fetchone()
-        free = merchant.max_running_runs - occupied
-        if occupied < merchant.reserved_slots:
-            # Its turn before the others' is only for its reserved slots.
-            free = min(free, merchant.reserved_slots - occupied)
-        if not merchant.active:
-            return [], 0
-        found = list(
-            AgentRun.objects.raw(
-                NEXT_RUNS_SQL.format(lock=locks.row_lock_clause(skip_locked=True)),
-                {**moment, "limit": limit},
+        merchants = {
+            merchant.pk: merchant
+            for merchant in Merchant.objects.raw(
+                MERCHANTS_LOCK_SQL.format(lock=locks.row_lock_clause(no_key=True)), ids
             )
-        )
-        claims = []
-        for run in _within_capacity(found, free):
-            if (claim := _claim_change(run, now)) is not None:
-                claims.append(claim)
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(OCCUPYING_COUNTS_SQL, ids)
+            occupied = dict(cursor.fetchall())
+        quotas = {}
+        for merchant_id in candidates:
+            merchant = merchants.get(merchant_id)
+            if merchant is not None and merchant.active:
+                quotas[merchant_id] = min(shares[merchant_id], limit - sum(quotas.values()))
+        found = _next_runs(quotas, now)
+        claims: list[tuple[RunChange, Lease, ModelAttempt | None]] = []
+        scheduled = []
+        for merchant_id, runs in found.items():
+            merchant = merchants[merchant_id]
+            free = _free_slots(merchant, occupied.get(merchant_id, 0))
+            taken = [
+                claim
+                for run in _within_capacity(runs, free)
+                if (claim := _claim_change(run, now)) is not None
+            ]
+            for change, _lease, _attempt in taken:
+                change.run.merchant = merchant
+            claims += taken
+            if taken:
+                scheduled.append(merchant_id)
         if not claims:
             return [], 0
+        _claims_update([change for change, _lease, _attempt in claims], now)
         with connection.cursor() as cursor:
-            for change, _lease, _attempt in claims:
-                clause, params = assignments(AgentRun, change.row_fields(now))
-                cursor.execute(
-                    CLAIM_UPDATE_SQL.format(assignments=clause),
-                    [*params, run_pk(change.run.pk), change.run.status, change.run.lease_token],
-                )
-                if cursor.rowcount != 1:
-                    raise transaction.TransactionManagementError(
-                        f"run {change.run.pk} changed under its lock"
-                    )
             cursor.execute(
-                SCHEDULED_SQL, [prepared(Merchant, "last_scheduled_at", now), merchant_id]
+                SCHEDULED_SQL,
+                [prepared(Merchant, "last_scheduled_at", now), *shop_ids(scheduled)],
             )
-        for change, _lease, _attempt in claims:
-            change.run.merchant = merchant
         run_changes_write([change for change, _lease, _attempt in claims], now)
         attempts = []
         for change, lease, attempt in claims:
@@ -117,6 +127,49 @@ def _claim_from(merchant_id: int, limit: int) -> tuple[list[Lease], int]:
         attempts_insert(attempts)
         leases = [lease for change, lease, _attempt in claims if not change.finished]
         return leases, len(claims) - len(leases)
+
+
+def _next_runs(quotas: dict[int, int], now) -> dict[int, list[AgentRun]]:
+    """Each shop's next claimable runs (NEXT_RUNS_SQL), up to its quota, in the order of
+    `quotas`; locked, passing over those another transaction holds."""
+    moment = {"now": prepared(AgentRun, "lease_expires_at", now)}
+    lock = locks.row_lock_clause(skip_locked=True)
+    found: dict[int, list[AgentRun]] = {shop: [] for shop, quota in quotas.items() if quota > 0}
+    if connection.vendor == "postgresql":
+        statement = NEXT_RUNS_OF_SHOPS_SQL.format(lock=lock)
+        for run in AgentRun.objects.raw(statement, {**moment, **shop_quotas(quotas)}):
+            found[run.merchant_id].append(run)
+        return found
+    for shop in found:
+        params = {**moment, "merchant": shop, "limit": quotas[shop]}
+        found[shop] = list(AgentRun.objects.raw(NEXT_RUNS_SQL.format(lock=lock), params))
+    return found
+
+
+def _free_slots(merchant: Merchant, occupied: int) -> int:
+    free = merchant.max_running_runs - occupied
+    if occupied < merchant.reserved_slots:
+        # Its turn before the others' is only for its reserved slots.
+        free = min(free, merchant.reserved_slots - occupied)
+    return free
+
+
+def _claims_update(changes: list[RunChange], now) -> None:
+    """Write the claimed runs' rows: one statement for each set of fields written (sent
+    together), each row guarded by the status and lease token it was read with."""
+    by_clause: dict[str, list[list]] = {}
+    for change in changes:
+        clause, params = assignments(AgentRun, change.row_fields(now))
+        by_clause.setdefault(clause, []).append(
+            [*params, run_pk(change.run.pk), change.run.status, change.run.lease_token]
+        )
+    with connection.cursor() as cursor:
+        for clause, rows in by_clause.items():
+            cursor.executemany(CLAIM_UPDATE_SQL.format(assignments=clause), rows)
+            if cursor.rowcount != len(rows):
+                raise transaction.TransactionManagementError(
+                    f"{len(rows) - cursor.rowcount} claimed runs changed under their locks"
+                )
 
 
 def _within_capacity(found: list[AgentRun], free: int) -> list[AgentRun]:

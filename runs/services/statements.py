@@ -184,8 +184,14 @@ OCCUPYING_OF_MERCHANT_SQL = (
     f"(SELECT COUNT(*) FROM {RUNS} r WHERE {_run('merchant', 'r')} = {_M_ID}"
     f" AND {occupying_sql('r')})"
 )
+# How many shops one claim's transaction locks and claims from. The statements over those shops
+# take exactly this many ids (repeated to fill), so that their text is the same at every call.
+CLAIM_SHOPS = 8
+_SHOP_IDS = ", ".join(["%s"] * CLAIM_SHOPS)
+
 # Runs before every claim: shops with a queued run and a free slot, or with an expired lease
-# to take over. Shops under their reserved slots first, then the one scheduled longest ago.
+# to take over. Shops under their reserved slots first, then the one scheduled longest ago;
+# as many as the claim has room for runs (each may get one).
 CANDIDATES_SQL = f"""
 SELECT {_M_ID} FROM {MERCHANTS} m
 WHERE {_column(Merchant, "active", "m")}
@@ -198,15 +204,18 @@ ORDER BY CASE WHEN {OCCUPYING_OF_MERCHANT_SQL} < {_column(Merchant, "reserved_sl
               THEN 0 ELSE 1 END,
          {_column(Merchant, "last_scheduled_at", "m")} IS NOT NULL,
          {_column(Merchant, "last_scheduled_at", "m")}, {_M_ID}
-LIMIT 8
+LIMIT %(limit)s
 """
 
-# The claim's statements ({lock}: runs.locks.row_lock_clause()).
-MERCHANT_LOCK_SQL = (
-    f"SELECT {columns(Merchant)} FROM {MERCHANTS} WHERE {_column(Merchant, 'id')} = %s {{lock}}"
+# The claim's statements ({lock}: runs.locks.row_lock_clause()). The shops' rows are locked
+# in the order of their ids, the one order every claim takes them in.
+MERCHANTS_LOCK_SQL = (
+    f"SELECT {columns(Merchant)} FROM {MERCHANTS}"
+    f" WHERE {_column(Merchant, 'id')} IN ({_SHOP_IDS}) ORDER BY {_column(Merchant, 'id')} {{lock}}"
 )
-OCCUPYING_COUNT_SQL = (
-    f"SELECT COUNT(*) FROM {RUNS} WHERE {_run('merchant')} = %(merchant)s AND {occupying_sql()}"
+OCCUPYING_COUNTS_SQL = (
+    f"SELECT {_run('merchant')}, COUNT(*) FROM {RUNS}"
+    f" WHERE {_run('merchant')} IN ({_SHOP_IDS}) AND {occupying_sql()} GROUP BY {_run('merchant')}"
 )
 # Expired leases first: taking one over needs no free slot, and queued runs must not crowd
 # it out of the claim's limit.
@@ -216,14 +225,51 @@ NEXT_RUNS_SQL = (
     f" ORDER BY CASE WHEN {occupying_sql('r')} THEN 0 ELSE 1 END, {_run('created_at', 'r')}"
     f" LIMIT %(limit)s {{lock}}"
 )
+# PostgreSQL's form of NEXT_RUNS_SQL for all of a claim's shops at once: one round trip rather
+# than one per shop (SQLite answers in-process, where a statement per shop costs nothing).
+# Parameters: now, and shop_i, quota_i for i below CLAIM_SHOPS (a quota of 0 fills the list).
+_SHOP_QUOTAS = ", ".join(
+    f"({index}, CAST(%(shop_{index})s AS bigint), CAST(%(quota_{index})s AS bigint))"
+    for index in range(CLAIM_SHOPS)
+)
+NEXT_RUNS_OF_SHOPS_SQL = (
+    f"SELECT {columns(AgentRun, 'r')} FROM (VALUES {_SHOP_QUOTAS}) AS s(position, shop, quota)"
+    f" CROSS JOIN LATERAL (SELECT {columns(AgentRun, 'q')} FROM {RUNS} q"
+    f" WHERE {_run('merchant', 'q')} = s.shop AND {claimable_sql('q')}"
+    f" ORDER BY CASE WHEN {occupying_sql('q')} THEN 0 ELSE 1 END, {_run('created_at', 'q')}"
+    f" LIMIT s.quota {{lock}}) r"
+    f" ORDER BY s.position, CASE WHEN {occupying_sql('r')} THEN 0 ELSE 1 END,"
+    f" {_run('created_at', 'r')}"
+)
 CLAIM_UPDATE_SQL = (
     f"UPDATE {RUNS} SET {{assignments}}"
     f" WHERE {_run('id')} = %s AND {_run('status')} = %s AND {_run('lease_token')} = %s"
 )
 SCHEDULED_SQL = (
     f"UPDATE {MERCHANTS} SET {_column(Merchant, 'last_scheduled_at')} = %s"
-    f" WHERE {_column(Merchant, 'id')} = %s"
+    f" WHERE {_column(Merchant, 'id')} IN ({_SHOP_IDS})"
 )
+
+
+def shop_quotas(quotas: dict[int, int]) -> dict[str, int]:
+    """NEXT_RUNS_OF_SHOPS_SQL's parameters for up to CLAIM_SHOPS shops (shop id -> quota)."""
+    if len(quotas) > CLAIM_SHOPS:
+        raise ValueError(f"a claim takes up to {CLAIM_SHOPS} shops, not {len(quotas)}")
+    filled = list(quotas.items()) + [(0, 0)] * (CLAIM_SHOPS - len(quotas))
+    params = {}
+    for index, (shop, quota) in enumerate(filled):
+        params[f"shop_{index}"], params[f"quota_{index}"] = shop, quota
+    return params
+
+
+def shop_ids(ids: list[int]) -> list[int]:
+    """Up to CLAIM_SHOPS shop ids as the claim's statements take them: sorted, and the last
+    repeated to fill the list."""
+    ordered = sorted(ids)
+    if not 0 < len(ordered) <= CLAIM_SHOPS:
+        raise ValueError(f"a claim takes 1 to {CLAIM_SHOPS} shops, not {len(ordered)}")
+    return ordered + [ordered[-1]] * (CLAIM_SHOPS - len(ordered))
+
 
 # The guard of every step commit: the worker still holds the run (held_by_sql), the run is
 # unchanged since the worker last wrote it, and its shop and account still have access.

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs import worker
+from runs import services, worker
+from runs.metrics import Counter
 from runs.models import AgentRun, RunStatus
 from tests import factories, threads
 from tests.runs import helpers
@@ -90,3 +91,53 @@ def test_a_capacity_1_shop_never_runs_two_while_leases_expire_mid_step(stock_lat
     # then two RUNNING rows never existed
     assert samples
     assert max(samples) <= 1
+
+
+def _shops_with_queued_runs(shops: int, runs: int, capacity: int):
+    merchants = [factories.merchant_create(max_running_runs=capacity) for _ in range(shops)]
+    for merchant in merchants:
+        for index in range(runs):
+            number = f"ORD-{merchant.pk}-{index}"
+            queue(customer_with_order(merchant, number), merchant, number)
+    return merchants
+
+
+def _running_by_shop(merchants) -> dict[int, int]:
+    return {
+        merchant.pk: AgentRun.objects.filter(merchant=merchant, status=RunStatus.RUNNING).count()
+        for merchant in merchants
+    }
+
+
+def test_a_claim_over_more_shops_than_one_round_shares_the_room_evenly_in_few_commits():
+    # given: twelve shops (more than one round's CLAIM_SHOPS) with five queued runs each
+    merchants = _shops_with_queued_runs(12, runs=5, capacity=4)
+    counter = Counter()
+
+    # when: one claim with room for 30 runs
+    with counter.counting():
+        leases = services.runs_claim(limit=30)
+
+    # then: every shop got two or three, within its capacity, each round in one commit
+    running = _running_by_shop(merchants)
+    assert len(leases) == 30 == sum(running.values())
+    assert set(running.values()) == {2, 3}
+    assert counter.commits <= 3
+
+
+@pytest.mark.parametrize("capacity", [1, 3])
+def test_racing_claims_over_many_shops_never_exceed_any_shops_capacity(capacity):
+    # given: ten shops with more queued runs than they may run at once
+    merchants = _shops_with_queued_runs(10, runs=4, capacity=capacity)
+
+    # when: six workers claim groups of seven at once, twice over
+    def claims(_index: int) -> int:
+        return sum(len(services.runs_claim(limit=7)) for _ in range(2))
+
+    claimed = in_threads(claims, 6)
+
+    # then: every shop is full, none over, and each run was claimed once
+    running = _running_by_shop(merchants)
+    assert set(running.values()) == {capacity}
+    assert sum(claimed) == 10 * capacity
+    assert not AgentRun.objects.filter(merchant__in=merchants, lease_token__gt=1).exists()

@@ -179,12 +179,13 @@ def test_the_occupied_slots_count_and_its_orm_twin_count_the_same(mix):
             running=Coalesce(statements.occupying_count(), Value(0))
         ).values_list("pk", "running")
     )
-    for merchant_id, running in counted.items():
+    shops = sorted(counted)
+    for start in range(0, len(shops), statements.CLAIM_SHOPS):
+        ids = shops[start : start + statements.CLAIM_SHOPS]
         with connection.cursor() as cursor:
-            cursor.execute(
-                statements.OCCUPYING_COUNT_SQL, {"merchant": merchant_id, **_moment(mix.now)}
-            )
-            assert cursor.fetchone()[0] == running
+            cursor.execute(statements.OCCUPYING_COUNTS_SQL, statements.shop_ids(ids))
+            found = dict(cursor.fetchall())
+        assert {pk: found.get(pk, 0) for pk in ids} == {pk: counted[pk] for pk in ids}
     # the revoked customer's run still counts, and so does the one whose lease expired: its
     # worker may still be in a step, and a claim that takes it over replaces it
     assert counted[mix.shops["busy"].pk] == 3
@@ -206,7 +207,7 @@ def test_the_claim_candidates_are_the_shops_the_orm_finds_with_room_and_claimabl
 
     # when
     with connection.cursor() as cursor:
-        cursor.execute(statements.CANDIDATES_SQL, _moment(mix.now))
+        cursor.execute(statements.CANDIDATES_SQL, {**_moment(mix.now), "limit": 100})
         candidates = [row[0] for row in cursor.fetchall()]
 
     # then: the same shops, the one under its reserved slots first
@@ -228,3 +229,30 @@ def test_the_next_runs_of_a_shop_are_its_expired_leases_then_its_queued_runs_old
             .order_by("queued", "created_at")
         )
         assert [run.pk for run in runs] == list(expected.values_list("pk", flat=True))
+
+
+def test_the_next_runs_of_several_shops_in_one_statement_are_each_shops_next_runs(mix):
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite claims from each shop with a statement of its own")
+    # given a quota for each shop, one of them none
+    quotas = {mix.shops[name].pk: 1 for name in ("full", "idle", "closed")}
+    quotas |= {mix.shops["busy"].pk: 3, mix.shops["reserved"].pk: 0}
+    moment = _moment(mix.now)
+
+    # when
+    together = AgentRun.objects.raw(
+        statements.NEXT_RUNS_OF_SHOPS_SQL.format(lock=""),
+        {**moment, **statements.shop_quotas(quotas)},
+    )
+
+    # then: the same runs as each shop's own statement, in the shops' order
+    expected = [
+        run.pk
+        for shop, quota in quotas.items()
+        for run in AgentRun.objects.raw(
+            statements.NEXT_RUNS_SQL.format(lock=""),
+            {**moment, "merchant": shop, "limit": quota},
+        )
+    ]
+    assert [run.pk for run in together] == expected
+    assert len(expected) == 6

@@ -109,10 +109,13 @@ class _Claims:
     count: int = 0
     spent: bool = False
     retry_at: float = 0.0
+    # The last claim took all it asked for: more runs are likely waiting.
+    full: bool = False
 
     def more(self, *, holding: int) -> list[Lease]:
         slots = _config("WORKER_IN_FLIGHT")
         now = time.monotonic()
+        self.full = False
         if self.spent:
             return []
         if now >= self.until:
@@ -132,6 +135,7 @@ class _Claims:
             logger.exception("claiming runs failed; trying again after a poll")
             leases = []
         self.count += len(leases)
+        self.full = len(leases) == group
         if not leases:
             # Nothing claimable: look again after a poll, not at every round.
             self.retry_at = now + _config("CANCEL_POLL_SECONDS")
@@ -209,6 +213,8 @@ def _batch_execute(
                 committed = set(map(id, ready))
                 batch[:] = [e for e in batch if id(e) not in committed] + ready
                 continue
+            if claims is not None and claims.full:
+                continue  # fill the free slots before waiting on the calls
             if any(entry.in_call() for entry in batch):
                 _call_ended.wait(timeout=_poll_timeout(batch))
     finally:

@@ -350,5 +350,9 @@ LOGGING = {
     "loggers": {
         "django.server": {"level": "WARNING"},
         "django-q": {"level": os.environ.get("AGENTPORTAL_Q_LOG_LEVEL", "WARNING")},
+        # The HTTP client logs every model call at INFO: a line per call, hundreds a second.
+        # The runtime records each call as a ModelAttempt instead.
+        "httpx2": {"level": "WARNING"},
+        "httpcore2": {"level": "WARNING"},
     },
 }

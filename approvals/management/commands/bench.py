@@ -103,6 +103,12 @@ class Command(LlmScenario, BaseCommand):
         parser.add_argument(
             "--one-call", action="store_true", help="The model answers text at once (llm)."
         )
+        parser.add_argument(
+            "--rate",
+            type=float,
+            default=0.0,
+            help="Runs arriving a second while the workers run (llm; default: all at once).",
+        )
 
     def handle(
         self,
@@ -118,6 +124,7 @@ class Command(LlmScenario, BaseCommand):
         capacity,
         model_latency,
         one_call,
+        rate,
         **options,
     ):
         if runs < 1 or workers < 1:
@@ -139,8 +146,10 @@ class Command(LlmScenario, BaseCommand):
             result["reconcile"] = self._reconcile_sweep(merchant, waiting)
             self._clear(merchant)
         elif scenario == "llm":
-            if shops < 1 or capacity < 1 or model_latency < 0:
-                raise CommandError("--shops and --capacity must be at least 1, a latency 0 or more")
+            if shops < 1 or capacity < 1 or model_latency < 0 or rate < 0:
+                raise CommandError(
+                    "--shops and --capacity must be at least 1, a latency and a rate 0 or more"
+                )
             result = self._llm_throughput(
                 runs=runs,
                 workers=workers,
@@ -149,6 +158,7 @@ class Command(LlmScenario, BaseCommand):
                 latency=model_latency,
                 one_call=one_call,
                 timeout=timeout,
+                rate=rate,
             )
         else:
             result = self._throughput(merchant, runs, workers, timeout)
@@ -180,6 +190,7 @@ class Command(LlmScenario, BaseCommand):
             "model_calls",
             "ideal_runs_per_s",
             "rss_mb",
+            "arrival_rate",
             "decisions",
             "stops",
             "plans",
@@ -257,16 +268,19 @@ class Command(LlmScenario, BaseCommand):
         Order.objects.filter(merchant=merchant).update(refunded=0)
 
     def _queue(self, merchant: Merchant, count: int) -> None:
+        for customer in self._senders(merchant, count):
+            self._queue_one(merchant, customer)
+
+    def _senders(self, merchant: Merchant, count: int) -> list[User]:
+        """Who sends each of `count` runs, each customer at most RUNS_PER_ACCOUNT."""
         customers = list(self._customers(merchant)[: -(-count // RUNS_PER_ACCOUNT)])
-        for index in range(count):
-            customer = customers[index // RUNS_PER_ACCOUNT]
-            order = _order_of(customer)
-            message = MESSAGES[self.scenario].format(order=order)
-            services.queue_run(
-                merchant=merchant,
-                account=customer,
-                messages=[{"role": "user", "content": message}],
-            )
+        return [customers[index // RUNS_PER_ACCOUNT] for index in range(count)]
+
+    def _queue_one(self, merchant: Merchant, customer: User) -> None:
+        message = MESSAGES[self.scenario].format(order=_order_of(customer))
+        services.queue_run(
+            merchant=merchant, account=customer, messages=[{"role": "user", "content": message}]
+        )
 
     # --- phases ------------------------------------------------------------------------------
 

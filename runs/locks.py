@@ -1,5 +1,6 @@
 """Every row lock the runtime takes, in the one order DESIGN gives:
 Merchant -> Membership -> Conversation -> AgentRun -> the domain's rows (approvals.locks).
+Several rows of one kind are locked in the order of their ids (the claim locks its shops so).
 
 Call these inside a transaction. On PostgreSQL each takes a row lock on its own table only
 (`of=("self",)`, so a joined row is never locked with it); on SQLite select_for_update() does

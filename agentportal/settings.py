@@ -161,11 +161,15 @@ SQLITE_OPTIONS = {
     ),
 }
 
+# The web server (ASGI) answers each request in a thread of its own, which a connection kept
+# past the request would outlive: its processes take connections from a pool (PostgreSQL) or
+# open one per request (SQLite, a file). Workers keep theirs (one thread each).
+WEB_PROCESS = env_bool("AGENTPORTAL_WEB_PROCESS", False)
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        conn_max_age=60,
-        conn_health_checks=True,
+        conn_max_age=0 if WEB_PROCESS else 60,
+        conn_health_checks=not WEB_PROCESS,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -184,6 +188,11 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
     DATABASES["default"]["OPTIONS"] = {
         "server_side_binding": True,
         "prepare_threshold": 5,
+        **DATABASES["default"].get("OPTIONS", {}),
+    }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and WEB_PROCESS:
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 2, "max_size": env_count("AGENTPORTAL_WEB_DB_POOL", 20)},
         **DATABASES["default"].get("OPTIONS", {}),
     }
 
@@ -284,6 +293,8 @@ Q_CLUSTER = {
 
 # Agent runtime defaults (DESIGN section 9); a merchant's release may narrow them.
 WORKER_IN_FLIGHT = env_count("AGENTPORTAL_WORKER_IN_FLIGHT", 256)
+# Processes of the web server (each serves many requests and event streams at once).
+WEB_PROCESSES = env_count("AGENTPORTAL_WEB_PROCESSES", 2)
 
 AGENTPORTAL = {
     "MODEL": os.environ.get("AGENTPORTAL_MODEL", "scripted"),
@@ -320,6 +331,7 @@ AGENTPORTAL = {
     # Runs one worker process holds at once; their steps are committed together in rounds, and
     # their model calls wait on one event loop without a thread each.
     "WORKER_IN_FLIGHT": WORKER_IN_FLIGHT,
+    "WEB_PROCESSES": WEB_PROCESSES,
     # Steps committed together in one round, at most (measured: 16 is best on both databases).
     "ROUND_RUNS": env_count("AGENTPORTAL_ROUND_RUNS", 16),
     # Model calls in flight per endpoint and model, per worker process.

@@ -1,9 +1,7 @@
 """REST endpoints for runs. Thin: parse, call one selector or service, render."""
 
-import json
-import time
-
 from django.conf import settings
+from django.db import connection
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -17,8 +15,8 @@ from agentportal.problems import Problem
 from agentportal.schema import problems
 from agentportal.selectors import customer_membership_by_username
 from agentportal.serializers import IDEMPOTENCY_KEY_HEADER, idempotency_key_from
-from runs import commands, conversations, inputs, selectors, services
-from runs.models import FINISHED_STATUSES, AgentRun, RunStatus
+from runs import commands, conversations, event_stream, inputs, selectors, services
+from runs.models import AgentRun, RunStatus
 from runs.serializers import (
     ConversationCreateSerializer,
     ConversationSerializer,
@@ -35,9 +33,6 @@ from runs.serializers import (
     RunSerializer,
 )
 
-TERMINAL_EVENTS = {"run.completed", "run.failed", "run.cancelled"}
-STREAM_SECONDS = 30.0
-STREAM_POLL_SECONDS = 0.5
 PAGE_SIZE = 50
 # The largest event sequence number a client may ask after (the column's range).
 MAX_SEQ = 2**31 - 1
@@ -337,10 +332,17 @@ class RunEventStreamView(APIView):
             after = max(after, int(last_event_id))
         slot = _stream_slot(principal_of(request))
         response = StreamingHttpResponse(
-            _SlotHeldStream(_event_stream(run, after), slot), content_type="text/event-stream"
+            event_stream.ClosingStream(
+                event_stream.run_event_stream(run.pk, after), lambda: Slots.give_back(slot)
+            ),
+            content_type="text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
+        if not connection.in_atomic_block:
+            # Otherwise this request's connection would be kept until the stream ends (up to
+            # 30 s); the stream reads with connections of its own while it reads.
+            connection.close()
         return response
 
 
@@ -348,51 +350,18 @@ def _stream_slot(principal: Principal) -> str:
     """One of the key's few event-stream slots, held until its stream ends: one key cannot
     hold every connection the web servers have."""
     limit = settings.AGENTPORTAL["MAX_EVENT_STREAMS_PER_KEY"]
-    slots = Slots(counter_key("streams", str(principal.api_key.pk)), limit, STREAM_SECONDS + 10)
+    slots = Slots(
+        counter_key("streams", str(principal.api_key.pk)), limit, event_stream.STREAM_SECONDS + 10
+    )
     slot = slots.take()
     if slot is None:
         raise Problem(
             429,
             "too_many_streams",
             f"This key already has {limit} event streams open; close one, or read /events instead.",
-            headers={"Retry-After": str(int(STREAM_SECONDS))},
+            headers={"Retry-After": str(int(event_stream.STREAM_SECONDS))},
         )
     return slot
-
-
-class _SlotHeldStream:
-    """A stream's events that give the key's stream slot back when the server closes the
-    response, however it ends: finished, timed out, or the client gone before the first byte."""
-
-    def __init__(self, events, slot: str) -> None:
-        self.events, self.slot = events, slot
-
-    def __iter__(self):
-        return self.events
-
-    def close(self) -> None:
-        self.events.close()
-        Slots.give_back(self.slot)
-
-
-def _event_stream(run, after: int):
-    """Events as server-sent events; ends after a terminal event or 30 s (the client then
-    reconnects with Last-Event-ID), so open streams never hold a server thread for long."""
-    ends = time.monotonic() + STREAM_SECONDS
-    yield "retry: 1000\n\n"
-    while True:
-        for event in selectors.run_events_after(run=run, after=after):
-            after = event.seq
-            payload = json.dumps(RunEventSerializer(event).data)
-            yield f"id: {event.seq}\nevent: {event.type}\ndata: {payload}\n\n"
-            if event.type in TERMINAL_EVENTS:
-                return
-        if time.monotonic() >= ends:
-            return
-        run.refresh_from_db(fields=["status"])
-        if run.status in FINISHED_STATUSES and not selectors.run_events_after(run=run, after=after):
-            return
-        time.sleep(STREAM_POLL_SECONDS)
 
 
 # --- conversations ---------------------------------------------------------------------------

@@ -155,15 +155,18 @@ def free_port() -> int:
 
 @pytest.fixture
 def web_server(transactional_db):
-    """web_server(**env) -> the base URL of the product's web server (`manage.py serveweb`,
-    the product's settings) in a process of its own on the test database; stopped after the
-    test."""
+    """web_server(**env) -> the base URL of the product's web server (`runportal --role web`:
+    gunicorn and uvicorn, one process, the product's settings) on the test database; stopped
+    after the test."""
     started: list[subprocess.Popen] = []
 
     def start(**env: str) -> str:
         port = free_port()
         server = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "serveweb", "--port", str(port)],
+            [
+                *(sys.executable, str(ROOT / "manage.py"), "runportal", "--role", "web"),
+                *("--port", str(port), "--web-processes", "1"),
+            ],
             env={
                 **os.environ,
                 "DJANGO_SETTINGS_MODULE": "agentportal.settings",

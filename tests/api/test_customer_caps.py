@@ -1,14 +1,15 @@
 """Caps on what one customer or key can hold open: conversations, messages waiting behind busy
 runs, event streams. Each refusal is a 429 problem that says what to do; nothing is written."""
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
-from django.core import signals
-from django.db import close_old_connections
 
 from runs import conversations, worker
 from runs.models import Conversation, ConversationMessage, ConversationStatus, MessageStatus
-from tests import factories
+from tests import factories, http
+from tests.conftest import wait_for
 from tests.problems import assert_problem
 from tests.threads import in_threads
 
@@ -101,59 +102,50 @@ def test_racing_conversation_creates_never_pass_the_cap(demo, caps):
     assert _open_conversations("alice") == 3
 
 
-@pytest.mark.django_db
 @pytest.mark.usefixtures("fresh_cache")
-def test_event_streams_are_capped_per_key_and_a_closed_one_frees_its_slot(demo, api, caps):
-    # given a cap of 2 streams per key and a run alice can watch
-    caps(MAX_EVENT_STREAMS_PER_KEY=2)
+def test_event_streams_are_capped_per_key_and_a_closed_one_frees_its_slot(demo, web_server):
+    # given a cap of 2 streams per key, and a queued run alice can watch (it stays queued)
+    base = web_server(AGENTPORTAL_MAX_EVENT_STREAMS_PER_KEY="2")
     alice = User.objects.get(username="alice")
     run = factories.run_queue(customer=alice, merchant=demo, message=STATUS)
-    stream = f"/api/v1/runs/{run.pk}/events/stream"
-    key, other_key = api("alice"), api("alice")
+    path = f"/api/v1/runs/{run.pk}/events/stream"
+    key, other_key = (factories.api_key_for(alice, demo) for _ in range(2))
 
-    # when one key opens three streams (none read yet), another key one
-    held = [key.get(stream) for _ in range(2)]
-    refused = key.get(stream)
-    others = other_key.get(stream)
+    # when one key holds two streams open and asks for a third, another key for one
+    held = [http.open_stream(base, path, key=key) for _ in range(2)]
+    refused = http.get(base, path, key=key)
+    other = http.open_stream(base, path, key=other_key)
 
     # then the third is refused, with when to try again; another key is not affected
-    assert [answer.status_code for answer in held] == [200, 200]
-    assert_problem(refused, 429, "too_many_streams")
-    assert refused["Retry-After"] == "30"
-    assert others.status_code == 200
+    assert [stream.status for stream in held] == [200, 200]
+    assert refused.status == 429
+    assert json.loads(refused.body)["code"] == "too_many_streams"
+    assert refused.headers["retry-after"] == "30"
+    assert other.status == 200
 
-    # and once the server closes one before its first byte (the client went away), a new
-    # one opens
-    _server_closes(held[0])
-    assert key.get(stream).status_code == 200
-
-
-def _server_closes(response) -> None:
-    """What the web server does with a response whose client went away: close it. (The test
-    client would also close the test's database connection, as at the end of a request.)"""
-    signals.request_finished.disconnect(close_old_connections)
-    try:
-        response.close()
-    finally:
-        signals.request_finished.connect(close_old_connections)
+    # and once a client goes away, the server gives its slot back and a new stream opens
+    held[0].close()
+    wait_for(lambda: http.open_stream(base, path, key=key).status == 200, timeout=20)
+    for stream in (held[1], other):
+        stream.close()
 
 
-@pytest.mark.django_db
 @pytest.mark.usefixtures("fresh_cache")
-def test_a_stream_read_to_its_end_frees_its_slot(demo, api, caps):
-    caps(MAX_EVENT_STREAMS_PER_KEY=1)
-    key = api("alice")
-    run_id = key.post(
-        "/api/v1/runs", {"message": STATUS}, format="json", HTTP_IDEMPOTENCY_KEY="s"
-    ).json()["id"]
+def test_a_stream_read_to_its_end_frees_its_slot(demo, web_server):
+    # given a cap of one stream per key, and a finished run
+    base = web_server(AGENTPORTAL_MAX_EVENT_STREAMS_PER_KEY="1")
+    alice = User.objects.get(username="alice")
+    run = factories.run_queue(customer=alice, merchant=demo, message=STATUS)
     worker.tick()
+    key = factories.api_key_for(alice, demo)
+    path = f"/api/v1/runs/{run.pk}/events/stream"
 
-    first = key.get(f"/api/v1/runs/{run_id}/events/stream")
-    events = b"".join(first.streaming_content).decode()
-    second = key.get(f"/api/v1/runs/{run_id}/events/stream")
+    # when its stream is read to its end
+    first = http.get(base, path, key=key)
 
-    assert "event: run.completed" in events
-    assert second.status_code == 200
+    # then another opens (once the server closed the first, a moment after its last byte)
+    assert "event: run.completed" in first.body
+    wait_for(lambda: http.get(base, path, key=key).status == 200, timeout=10)
 
 
 @pytest.mark.django_db

@@ -3,10 +3,13 @@
 import json
 
 import pytest
+from django.contrib.auth.models import User
 
+from agentportal.models import Merchant
 from agentportal.problems import CONTENT_TYPE
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus
+from tests import factories, http
 from tests.problems import assert_problem
 
 RUNS = "/api/v1/runs"
@@ -35,9 +38,8 @@ def finished_run(queued_run) -> str:
     return queued_run
 
 
-def sse_events(response) -> list[dict]:
+def sse_events(text: str) -> list[dict]:
     """Parse a text/event-stream body into [{id, event, data}] (comments and retry skipped)."""
-    text = b"".join(response.streaming_content).decode()
     events = []
     for block in text.split("\n\n"):
         fields: dict = {}
@@ -51,8 +53,19 @@ def sse_events(response) -> list[dict]:
     return events
 
 
-def stream(client, run_id: str, **headers):
-    return client.get(f"{RUNS}/{run_id}/events/stream", HTTP_ACCEPT="text/event-stream", **headers)
+@pytest.fixture
+def served(web_server) -> str:
+    """The product's web server: streams are served asynchronously, as in production."""
+    return web_server()
+
+
+def stream(base: str, username: str, run_id: str, **headers) -> http.Answer:
+    key = factories.api_key_for(
+        User.objects.get(username=username), Merchant.objects.get(slug="demo-shop")
+    )
+    return http.get(
+        base, f"{RUNS}/{run_id}/events/stream", key=key, Accept="text/event-stream", **headers
+    )
 
 
 # --- GET .../events ----------------------------------------------------------------------------
@@ -110,17 +123,17 @@ def test_bad_after_is_400_validation_error(alice, queued_run, after):
     assert [error["field"] for error in body["errors"]] == ["after"]
 
 
-# --- the event stream --------------------------------------------------------------------------
+# --- the event stream (through the real server) ---------------------------------------------
 
 
-def test_stream_of_a_finished_run_sends_every_event_with_its_seq_as_id(alice, finished_run):
+def test_stream_of_a_finished_run_sends_every_event_with_its_seq_as_id(served, finished_run):
     # when
-    response = stream(alice, finished_run)
+    answer = stream(served, "alice", finished_run)
 
     # then
-    assert response.status_code == 200
-    assert response["Content-Type"].startswith("text/event-stream")
-    events = sse_events(response)
+    assert answer.status == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(answer.body)
     expected = list(
         RunEvent.objects.filter(run_id=finished_run).order_by("seq").values_list("seq", "type")
     )
@@ -132,40 +145,40 @@ def test_stream_of_a_finished_run_sends_every_event_with_its_seq_as_id(alice, fi
         assert data["type"] == event["event"]
 
 
-def test_stream_honours_last_event_id(alice, finished_run):
+def test_stream_honours_last_event_id(served, finished_run):
     last_seq = RunEvent.objects.filter(run_id=finished_run).count()
     assert last_seq > 3
 
-    response = stream(alice, finished_run, HTTP_LAST_EVENT_ID="3")
+    answer = stream(served, "alice", finished_run, **{"Last-Event-ID": "3"})
 
-    ids = [int(event["id"]) for event in sse_events(response)]
+    ids = [int(event["id"]) for event in sse_events(answer.body)]
     assert ids == list(range(4, last_seq + 1))
 
 
 @pytest.mark.parametrize("last_event_id", ["\u00b9", "\u0663", "99999999999999999999", "x"])
-def test_a_last_event_id_the_stream_never_sent_is_ignored(alice, finished_run, last_event_id):
+def test_a_last_event_id_the_stream_never_sent_is_ignored(served, finished_run, last_event_id):
     # A superscript digit passes str.isdigit() but not int(): it was a 500.
-    response = stream(alice, finished_run, HTTP_LAST_EVENT_ID=last_event_id)
+    answer = stream(served, "alice", finished_run, **{"Last-Event-ID": last_event_id.encode()})
 
-    ids = [int(event["id"]) for event in sse_events(response)]
-    assert response.status_code == 200
+    ids = [int(event["id"]) for event in sse_events(answer.body)]
+    assert answer.status == 200
     assert ids[0] == 1
 
 
-def test_stream_of_a_cancelled_run_ends_after_run_cancelled(alice, queued_run):
+def test_stream_of_a_cancelled_run_ends_after_run_cancelled(served, alice, queued_run):
     assert alice.post(f"{RUNS}/{queued_run}/cancel").status_code == 200
 
-    events = sse_events(stream(alice, queued_run))
+    events = sse_events(stream(served, "alice", queued_run).body)
 
     assert [(int(e["id"]), e["event"]) for e in events] == [(1, "run.queued"), (2, "run.cancelled")]
 
 
-def test_stream_of_another_customers_run_is_404(queued_run, api):
-    response = stream(api("bob"), queued_run)
+def test_stream_of_another_customers_run_is_404(served, queued_run):
+    answer = stream(served, "bob", queued_run)
 
-    assert response.status_code == 404
-    assert response["Content-Type"].startswith(CONTENT_TYPE)
-    assert response.json()["code"] == "run_not_found"
+    assert answer.status == 404
+    assert answer.headers["content-type"].startswith(CONTENT_TYPE)
+    assert json.loads(answer.body)["code"] == "run_not_found"
 
 
 # --- cancel ------------------------------------------------------------------------------------

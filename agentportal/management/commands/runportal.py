@@ -1,36 +1,77 @@
-"""Serve the site and run the worker cluster together: the demo's one process tree."""
+"""Start the portal: its web server, its worker cluster, or both. The demo and production start
+the same way; on separate machines, web nodes run `--role web` and worker nodes `--role worker`.
 
+A child that dies is started again after a pause that grows while it keeps dying (and starts
+over once it has run for a minute); the portal stops only when it is told to.
+"""
+
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+
+ROLES = {"all": ("web", "worker"), "web": ("web",), "worker": ("worker",)}
+# Seconds before a child that died is started again: the first time, then the next times in a
+# row; a child that ran for STEADY_SECONDS starts over at the first.
+RESTART_PAUSES = (1, 2, 5, 10, 30)
+STEADY_SECONDS = 60
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    deaths: int = 0
+    restart_at: float | None = None
+
+    def start(self) -> None:
+        # A session of its own, so a terminal's Ctrl-C reaches only runportal, which then
+        # signals each child's main process (signalling django-q2's group makes it hang).
+        self.process = subprocess.Popen(
+            self.argv, env={**os.environ, **(self.env or {})}, start_new_session=True
+        )
+        self.started_at, self.restart_at = time.monotonic(), None
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill_leftovers(self) -> None:
+        """Kill what is left of the child's process group once its main process is gone: the
+        workers of a server killed outright would otherwise go on serving its port."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 class Command(BaseCommand):
-    help = "Run the web server and the django-q2 cluster until interrupted."
+    help = "Run the web server, the worker cluster, or both (--role), until interrupted."
 
     def add_arguments(self, parser):
+        parser.add_argument("--role", choices=sorted(ROLES), default="all")
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--web-processes", type=int, default=settings.AGENTPORTAL["WEB_PROCESSES"]
+        )
         parser.add_argument("--workers", type=int, default=settings.Q_CLUSTER["workers"])
 
-    def handle(self, *args, host, port, workers, **options):
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        env = {**os.environ, "AGENTPORTAL_WORKERS": str(workers)}
-        # Each child gets its own session, so a terminal's Ctrl-C reaches only this process;
-        # it then signals each child's main process. Signalling the cluster's whole process
-        # group makes django-q2 hang.
-        web = subprocess.Popen(
-            [*manage, "serveweb", "--host", host, "--port", str(port)],
-            env=env,
-            start_new_session=True,
-        )
-        cluster = subprocess.Popen([*manage, "qcluster"], env=env, start_new_session=True)
-        children = [web, cluster]
+    def handle(self, *args, role, host, port, web_processes, workers, **options):
+        if web_processes < 1 or workers < 1:
+            raise CommandError("--web-processes and --workers must be at least 1.")
+        if not 0 < port < 65536:
+            raise CommandError(f"--port must be between 1 and 65535, not {port}.")
+        children = [
+            self._child(name, host=host, port=port, web_processes=web_processes, workers=workers)
+            for name in ROLES[role]
+        ]
         stopping = False
 
         def stop(signum, frame):
@@ -39,26 +80,79 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        self.stdout.write(
-            f"Agent Portal is running on http://{host}:{port}/ with {workers} workers.\n"
-            f"  Supervisors' inbox:    http://{host}:{port}/portal/ (sam / demo)\n"
-            f"  Customers' chat:       http://{host}:{port}/portal/chat/ (alice / demo)\n"
-            f"  Admin:                 http://{host}:{port}/admin/ (admin / demo)\n"
-            f"  REST API docs:         http://{host}:{port}/api/v1/docs/\n"
-            "  Stop with Ctrl-C."
-        )
-        while not stopping and all(child.poll() is None for child in children):
-            time.sleep(0.2)
         for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+            child.start()
+        self._welcome(role, host, port, workers)
+        while not stopping:
+            for child in children:
+                self._supervise(child)
+            time.sleep(0.2)
+        self._stop(children)
+
+    def _child(self, name: str, *, host, port, web_processes, workers) -> Child:
+        if name == "web":
+            argv = [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--config",
+                "python:agentportal.gunicorn_conf",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                str(web_processes),
+            ]
+            return Child("web server", argv)
+        argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "qcluster"]
+        # The cluster reads its size from the settings, which read this variable.
+        return Child("worker cluster", argv, env={"AGENTPORTAL_WORKERS": str(workers)})
+
+    def _supervise(self, child: Child) -> None:
+        now = time.monotonic()
+        if child.restart_at is not None:
+            if now >= child.restart_at:
+                self.stderr.write(f"runportal: starting the {child.name} again.")
+                child.start()
+            return
+        if child.running():
+            return
+        child.kill_leftovers()
+        if now - child.started_at >= STEADY_SECONDS:
+            child.deaths = 0
+        pause = RESTART_PAUSES[min(child.deaths, len(RESTART_PAUSES) - 1)]
+        child.deaths += 1
+        child.restart_at = now + pause
+        self.stderr.write(
+            f"runportal: the {child.name} exited with code {child.process.returncode}; "
+            f"starting it again in {pause} s."
+        )
+
+    def _stop(self, children: list[Child]) -> None:
+        for child in children:
+            if child.running():
+                child.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 30
         for child in children:
+            if child.process is None:
+                continue
             try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        failed = [child.returncode for child in children if child.returncode not in (0, -15)]
-        if failed and not stopping:
-            sys.exit(1)
+                child.process.kill()
+                child.process.wait()
+            child.kill_leftovers()
+
+    def _welcome(self, role: str, host: str, port: int, workers: int) -> None:
+        if role == "worker":
+            self.stdout.write(f"Agent Portal's worker cluster is running with {workers} workers.")
+            return
+        base = f"http://{host}:{port}"
+        self.stdout.write(
+            f"Agent Portal is running on {base}/"
+            + (f" with {workers} workers.\n" if role == "all" else " (web only).\n")
+            + f"  Supervisors' inbox:    {base}/portal/ (sam / demo)\n"
+            f"  Customers' chat:       {base}/portal/chat/ (alice / demo)\n"
+            f"  Admin:                 {base}/admin/ (admin / demo)\n"
+            f"  REST API docs:         {base}/api/v1/docs/\n"
+            "  Stop with Ctrl-C."
+        )

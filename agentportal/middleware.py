@@ -1,10 +1,16 @@
 """Hostile requests are refused before any view reads them: a problem for the API, a plain 400
-or 413 page for the pages, never a 500."""
+or 413 page for the pages, never a 500. A database that is away is a 503 to be retried, not a
+500."""
 
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBadRequest
 
-from agentportal.problems import problem_response
+from agentportal.problems import (
+    DATABASE_AWAY,
+    RETRY_AFTER_DATABASE_AWAY,
+    database_away_response,
+    problem_response,
+)
 
 
 class HostileInputMiddleware:
@@ -38,3 +44,27 @@ class HostileInputMiddleware:
         if status == 400:
             return HttpResponseBadRequest(detail)
         return HttpResponse(detail, status=status, content_type="text/plain")
+
+
+class DatabaseAwayMiddleware:
+    """A page or API request that met a database that cannot be reached is answered 503 with
+    Retry-After (a problem for the API), never a 500 with a traceback in the log."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, DATABASE_AWAY):
+            return None
+        if request.path.startswith("/api/"):
+            return database_away_response(request, exception)
+        response = HttpResponse(
+            "The portal cannot reach its database just now. Try again in a few seconds.",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["Retry-After"] = str(RETRY_AFTER_DATABASE_AWAY)
+        return response

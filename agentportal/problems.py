@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from rest_framework import exceptions
 
@@ -18,6 +19,7 @@ logger = logging.getLogger(__name__)
 CONTENT_TYPE = "application/problem+json"
 
 TITLES = {
+    "service_unavailable": "Service unavailable",
     "validation_error": "Invalid request",
     "idempotency_key_missing": "Idempotency-Key header required",
     "unknown_command": "Unknown command",
@@ -88,6 +90,7 @@ STATUSES: dict[str, int] = {
     "unsupported_media_type": 415,
     "rate_limited": 429,
     "too_many_streams": 429,
+    "service_unavailable": 503,
 } | {code: status for status, code in DOMAIN_PROBLEMS.values()}
 
 
@@ -267,8 +270,27 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse:
         )
     if isinstance(exc, exceptions.APIException):
         return problem_response(request, exc.status_code, "error", str(exc.detail))
+    if isinstance(exc, DATABASE_AWAY):
+        return database_away_response(request, exc)
     logger.exception("unhandled error in %s", request.path if request else "API")
     return problem_response(request, 500, "server_error", "Something went wrong on our side.")
+
+
+# What Django raises when the database cannot be reached or stops answering (a restart, a
+# failover, a full connection pool): the request may succeed if sent again in a moment.
+DATABASE_AWAY = (OperationalError, InterfaceError)
+RETRY_AFTER_DATABASE_AWAY = 5
+
+
+def database_away_response(request: HttpRequest | None, error: Exception) -> HttpResponse:
+    logger.warning("database unavailable during %s: %s", request.path if request else "?", error)
+    return problem_response(
+        request,
+        503,
+        "service_unavailable",
+        "The service cannot reach its database just now; try again in a few seconds.",
+        headers={"Retry-After": str(RETRY_AFTER_DATABASE_AWAY)},
+    )
 
 
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

@@ -21,13 +21,15 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 # Any operation may answer these: a malformed request (a NUL byte, a bad parameter), a missing
-# or revoked key, a role that may not act, an Accept it cannot serve, too many requests.
+# or revoked key, a role that may not act, an Accept it cannot serve, too many requests, a
+# database that cannot be reached just now.
 EVERY_OPERATION = (
     "validation_error",
     "not_authenticated",
     "permission_denied",
     "not_acceptable",
     "rate_limited",
+    "service_unavailable",
 )
 WITH_PATH_PARAMETERS = ("not_found",)
 WITH_BODY = ("payload_too_large", "unsupported_media_type")

@@ -121,6 +121,7 @@ CONTENT_SECURITY_POLICY = {
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "agentportal.middleware.HostileInputMiddleware",
+    "agentportal.middleware.DatabaseAwayMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -13,6 +13,7 @@ PROCESS_FRESH = timedelta(seconds=10)  # a process executing runs reports every 
 
 def healthz(request: HttpRequest) -> JsonResponse:
     from runs.models import WorkerHeartbeat
+    from runs.selectors import queues_stalled
 
     try:
         with connection.cursor() as cursor:
@@ -27,13 +28,21 @@ def healthz(request: HttpRequest) -> JsonResponse:
     processes = WorkerHeartbeat.objects.filter(
         name__startswith="process:", seen_at__gte=now - PROCESS_FRESH
     ).order_by("name")
-    return JsonResponse(
-        {
-            "database": database,
-            "worker": worker,
-            "worker_processes": [{"name": p.name, **p.report} for p in processes],
-        }
-    )
+    stalled = queues_stalled(now)
+    body = {
+        "database": database,
+        "worker": worker,
+        "worker_processes": [{"name": p.name, **p.report} for p in processes],
+    }
+    if stalled:
+        body["queue"] = "stalled"
+        body["reason"] = (
+            f"Runs have waited over a minute in {len(stalled)} shop(s) with room "
+            f"({', '.join(stalled[:5])}) and no worker took one: are the workers running?"
+        )
+        return JsonResponse(body, status=503)
+    body["queue"] = "ok"
+    return JsonResponse(body)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -7,10 +7,18 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Coalesce
 
 from agentportal.principals import Principal
 from runs import extensions
-from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput
+from runs.models import (
+    AgentRun,
+    Conversation,
+    ConversationMessage,
+    RunEvent,
+    RunInput,
+    RunStatus,
+)
 
 
 def runs_visible_to(principal: Principal) -> QuerySet[AgentRun]:
@@ -142,3 +150,27 @@ def conversation_messages(conversation: Conversation) -> QuerySet[ConversationMe
     return ConversationMessage.objects.filter(conversation=conversation).order_by(
         "created_at", "pk"
     )
+
+
+# How long a shop with room may leave a run queued before /healthz calls its queue stalled.
+QUEUE_STALLED_AFTER = timedelta(minutes=1)
+
+
+def queues_stalled(now) -> list[str]:
+    """The shops whose queue has not moved for QUEUE_STALLED_AFTER although a run waits and
+    they have room: no worker claimed from them in that time (workers down, or stuck)."""
+    from agentportal.models import Merchant
+    from runs.services.statements import occupying_count
+
+    since = now - QUEUE_STALLED_AFTER
+    waiting = AgentRun.objects.filter(
+        merchant=models.OuterRef("pk"), status=RunStatus.QUEUED, updated_at__lt=since
+    )
+    stalled = (
+        Merchant.objects.filter(active=True)
+        .filter(Q(last_scheduled_at__isnull=True) | Q(last_scheduled_at__lt=since))
+        .filter(models.Exists(waiting))
+        .annotate(occupied=Coalesce(occupying_count(), 0))
+        .filter(occupied__lt=models.F("max_running_runs"))
+    )
+    return list(stalled.order_by("slug").values_list("slug", flat=True))

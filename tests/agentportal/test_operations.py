@@ -13,8 +13,9 @@ from rest_framework.test import APIClient
 from agentportal.models import ApiKey, Membership, Merchant
 from agentportal.problems import CONTENT_TYPE
 from approvals.models import Order, StockLevel
-from runs.models import AgentRelease, WorkerHeartbeat
+from runs.models import AgentRelease, AgentRun, RunStatus, WorkerHeartbeat
 from runs.services import heartbeat_record
+from tests import factories
 
 # --- /healthz ----------------------------------------------------------------------------------
 
@@ -23,7 +24,12 @@ def test_healthz_without_a_heartbeat_reports_the_worker_stale(db):
     response = APIClient().get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"database": "ok", "worker": "stale", "worker_processes": []}
+    assert response.json() == {
+        "database": "ok",
+        "worker": "stale",
+        "worker_processes": [],
+        "queue": "ok",
+    }
 
 
 def test_healthz_after_a_heartbeat_reports_the_worker_ok(db):
@@ -32,7 +38,12 @@ def test_healthz_after_a_heartbeat_reports_the_worker_ok(db):
     response = APIClient().get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"database": "ok", "worker": "ok", "worker_processes": []}
+    assert response.json() == {
+        "database": "ok",
+        "worker": "ok",
+        "worker_processes": [],
+        "queue": "ok",
+    }
 
 
 def test_healthz_with_an_old_heartbeat_reports_the_worker_stale(db):
@@ -40,7 +51,53 @@ def test_healthz_with_an_old_heartbeat_reports_the_worker_stale(db):
 
     response = APIClient().get("/healthz")
 
-    assert response.json() == {"database": "ok", "worker": "stale", "worker_processes": []}
+    assert response.json() == {
+        "database": "ok",
+        "worker": "stale",
+        "worker_processes": [],
+        "queue": "ok",
+    }
+
+
+def _queued_a_while_ago(merchant, minutes: float):
+    customer = factories.user_create(merchant=merchant)
+    run = factories.run_queue(customer=customer, merchant=merchant, message="Where is ORD-1?")
+    AgentRun.objects.filter(pk=run.pk).update(
+        updated_at=timezone.now() - timedelta(minutes=minutes)
+    )
+    return run
+
+
+def test_healthz_is_503_when_a_shop_with_room_has_not_moved_for_a_minute(db):
+    # given a shop whose run has waited two minutes and no worker took one
+    stalled = factories.merchant_create(slug="stalled-shop")
+    _queued_a_while_ago(stalled, minutes=2)
+
+    # when
+    response = APIClient().get("/healthz")
+
+    # then
+    assert response.status_code == 503
+    body = response.json()
+    assert body["queue"] == "stalled"
+    assert "stalled-shop" in body["reason"]
+    assert "workers" in body["reason"]
+
+
+def test_healthz_leaves_alone_a_full_shop_a_fresh_run_and_a_shop_just_served(db):
+    # given a full shop whose queued run waits for its slot, a run queued seconds ago, and a
+    # shop a worker claimed from a moment ago
+    full = factories.merchant_create(max_running_runs=1)
+    _queued_a_while_ago(full, minutes=2)
+    AgentRun.objects.filter(merchant=full).update(status=RunStatus.RUNNING)
+    _queued_a_while_ago(full, minutes=2)
+    _queued_a_while_ago(factories.merchant_create(), minutes=0.2)
+    _queued_a_while_ago(factories.merchant_create(last_scheduled_at=timezone.now()), minutes=2)
+
+    # when / then
+    response = APIClient().get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["queue"] == "ok"
 
 
 # --- unknown API paths and the schema ----------------------------------------------------------

@@ -333,6 +333,8 @@ AGENTPORTAL = {
     # their model calls wait on one event loop without a thread each.
     "WORKER_IN_FLIGHT": WORKER_IN_FLIGHT,
     "WEB_PROCESSES": WEB_PROCESSES,
+    # Turns /metrics on, for scrapers that send it as a bearer token.
+    "METRICS_TOKEN": os.environ.get("AGENTPORTAL_METRICS_TOKEN", ""),
     # Steps committed together in one round, at most (measured: 16 is best on both databases).
     "ROUND_RUNS": env_count("AGENTPORTAL_ROUND_RUNS", 16),
     # Model calls in flight per endpoint and model, per worker process.

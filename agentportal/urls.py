@@ -4,7 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from agentportal import views
+from agentportal import monitoring, views
 from agentportal.forms import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -13,6 +13,7 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/portal/", permanent=False)),
     path("portal/", include("approvals.portal_urls")),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", monitoring.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path(
         "accounts/login/",

@@ -1,0 +1,111 @@
+"""What /metrics says about runs, read from the database at each scrape: every web node answers
+the same, whichever machines the workers run on. Latencies are quantiles over the most recent
+rows (by primary key, so each read stays small however long the history)."""
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.db.models import Count
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from runs.models import FINISHED_STATUSES, AgentRun, AttemptStatus, ModelAttempt, WorkerHeartbeat
+
+RECENT_ROWS = 500
+QUANTILES = (0.5, 0.95)
+PROCESS_FRESH = timedelta(seconds=10)
+
+
+def quantiles(name: str, documentation: str, values: list[float]) -> GaugeMetricFamily:
+    """Quantiles of recent values as a gauge with a `quantile` label (none when no values)."""
+    family = GaugeMetricFamily(name, documentation, labels=["quantile"])
+    if values:
+        ordered = sorted(values)
+        for quantile in QUANTILES:
+            index = min(len(ordered) - 1, int(quantile * len(ordered)))
+            family.add_metric([str(quantile)], ordered[index])
+    return family
+
+
+class RunsCollector:
+    def collect(self) -> Iterator[Metric]:
+        yield self._runs_by_shop_and_status()
+        yield from self._worker_processes()
+        yield self._attempts_by_outcome()
+        yield from self._latencies()
+
+    def _runs_by_shop_and_status(self) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            "agentportal_runs",
+            "Unfinished runs by shop and status (QUEUED, RUNNING, waiting, PARKED).",
+            labels=["shop", "status"],
+        )
+        counts = (
+            AgentRun.objects.exclude(status__in=FINISHED_STATUSES)
+            .values_list("merchant__slug", "status")
+            .annotate(count=Count("pk"))
+            .order_by()
+        )
+        for shop, status, count in counts:
+            family.add_metric([shop, status], count)
+        return family
+
+    def _worker_processes(self) -> Iterator[GaugeMetricFamily]:
+        in_flight = GaugeMetricFamily(
+            "agentportal_worker_runs_in_flight",
+            "Runs each worker process holds now.",
+            labels=["process"],
+        )
+        free = GaugeMetricFamily(
+            "agentportal_worker_free_slots",
+            "Runs each worker process could take on now.",
+            labels=["process"],
+        )
+        reports = WorkerHeartbeat.objects.filter(
+            name__startswith="process:", seen_at__gte=timezone.now() - PROCESS_FRESH
+        ).values_list("name", "report")
+        for name, report in reports:
+            process = name.removeprefix("process:")
+            in_flight.add_metric([process], report.get("in_flight", 0))
+            free.add_metric([process], report.get("free_slots", 0))
+        yield in_flight
+        yield free
+
+    def _attempts_by_outcome(self) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            "agentportal_model_attempts",
+            "Model calls recorded, by outcome (STARTED: in flight or its worker was lost).",
+            labels=["outcome"],
+        )
+        counts = dict(
+            ModelAttempt.objects.values_list("status").annotate(count=Count("pk")).order_by()
+        )
+        for outcome in AttemptStatus.values:
+            family.add_metric([outcome], counts.get(outcome, 0))
+        return family
+
+    def _latencies(self) -> Iterator[GaugeMetricFamily]:
+        recent = list(
+            ModelAttempt.objects.order_by("-pk").values_list(
+                "step", "attempt", "created_at", "finished_at", "run__created_at"
+            )[:RECENT_ROWS]
+        )
+        yield quantiles(
+            "agentportal_queue_to_first_step_seconds",
+            f"From a run's queueing to its first claim, over the last {RECENT_ROWS} model calls.",
+            [
+                (claimed - queued).total_seconds()
+                for step, attempt, claimed, _finished, queued in recent
+                if step == 0 and attempt == 1
+            ],
+        )
+        yield quantiles(
+            "agentportal_model_step_seconds",
+            f"A model step, from its commit before the call to the one after, over the last "
+            f"{RECENT_ROWS} model calls.",
+            [
+                (finished - started).total_seconds()
+                for _step, _attempt, started, finished, _queued in recent
+                if finished is not None
+            ],
+        )

@@ -1,0 +1,74 @@
+"""/metrics: refused without its token; with it, the figures move when runs run."""
+
+import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from runs import worker
+from tests import factories
+
+TOKEN = "scrape-token-for-tests"
+STATUS = "What is the status of order ORD-1001?"
+REFUND = "I want a refund for order ORD-1001, amount 5"
+
+
+@pytest.fixture
+def metrics_on(settings):
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "METRICS_TOKEN": TOKEN}
+
+
+def _scrape() -> dict[tuple[str, tuple], float]:
+    response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+
+
+@pytest.mark.django_db
+def test_metrics_are_off_without_a_token_setting():
+    assert Client().get("/metrics").status_code == 404
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("metrics_on")
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong", f"Basic {TOKEN}", TOKEN + "x"])
+def test_metrics_are_refused_without_the_token(authorization):
+    headers = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
+
+    response = Client().get("/metrics", **headers)
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert b"agentportal_" not in response.content
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("metrics_on")
+def test_the_metrics_move_when_runs_run(demo):
+    # given two queued runs of alice's, one of them a refund that will wait for a decision
+    alice = demo.memberships.get(user__username="alice").user
+    before = _scrape()
+    for message in (STATUS, REFUND):
+        factories.run_queue(customer=alice, merchant=demo, message=message)
+    queued = _scrape()
+
+    # when a worker executes them
+    worker.tick()
+    after = _scrape()
+
+    # then the queue emptied, one run waits for approval, and the model calls were counted
+    shop = ("shop", demo.slug)
+    assert queued[("agentportal_runs", (shop, ("status", "QUEUED")))] == 2
+    assert ("agentportal_runs", (shop, ("status", "QUEUED"))) not in after
+    assert after[("agentportal_runs", (shop, ("status", "WAITING_APPROVAL")))] == 1
+    assert after[("agentportal_approvals_pending", (shop,))] == 1
+    responded = ("agentportal_model_attempts", (("outcome", "RESPONDED"),))
+    assert after[responded] >= before.get(responded, 0) + 3
+    first_step = ("agentportal_queue_to_first_step_seconds", (("quantile", "0.5"),))
+    assert after[first_step] >= 0
+    assert ("agentportal_model_step_seconds", (("quantile", "0.95"),)) in after
+    assert after[("agentportal_webhook_backlog", ())] >= 0

@@ -356,11 +356,19 @@ AGENTPORTAL = {
     "DEFAULT_MAX_RUNNING_RUNS": env_int("AGENTPORTAL_MAX_RUNNING_RUNS", 8),
 }
 
+LOG_FORMAT = os.environ.get("AGENTPORTAL_LOG_FORMAT", "plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"AGENTPORTAL_LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "agentportal.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("AGENTPORTAL_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.server": {"level": "WARNING"},

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import ValidationError
 
+from agentportal.logs import about
 from agentportal.problems import pydantic_errors
 from runs import extensions
 from runs.llm import ModelError, ModelResponse, model_client_for
@@ -97,7 +98,7 @@ def _model_commit(response: ModelResponse, latency_ms: int) -> StepCommit:
 
 
 def _model_failed(run: AgentRun, lease: Lease, error: str, started: float) -> StepCommit:
-    logger.warning("model call for run %s failed: %s", run.pk, error)
+    logger.warning("model call for run %s failed: %s", run.pk, error, extra=about(run))
     latency_ms = int((time.monotonic() - started) * 1000)
     commit = StepCommit(
         next_node=Node.MODEL,
@@ -284,7 +285,13 @@ def _tool_outcome(
     except ToolError as error:
         return ToolOutcome(ToolStatus.FAILED, arguments, {"error": str(error)})
     except CallTimedOut:
-        logger.warning("tool %s of run %s timed out after %ss", name, run.pk, tool.timeout())
+        logger.warning(
+            "tool %s of run %s timed out after %ss",
+            name,
+            run.pk,
+            tool.timeout(),
+            extra=about(run),
+        )
         return ToolOutcome(
             ToolStatus.FAILED,
             arguments,
@@ -298,7 +305,7 @@ def _tool_outcome(
     except RunAbandoned:
         raise
     except Exception as error:
-        logger.exception("tool %s failed for run %s", name, run.pk)
+        logger.exception("tool %s failed for run %s", name, run.pk, extra=about(run))
         return StepCommit(
             next_node=Node.TOOLS,
             advance_step=False,

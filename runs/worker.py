@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 from django.utils import timezone
 
+from agentportal.logs import about
 from runs import extensions, inflight, services
 from runs.models import (
     AgentRun,
@@ -335,16 +336,31 @@ class _RunInBatch:
     def _handle_stop(self, error: Exception) -> None:
         lease = self.lease
         if isinstance(error, LostRun | RunAbandoned):
-            logger.info("dropping run %s: %s", lease.run_id, error)
+            logger.info(
+                "dropping run %s: %s",
+                lease.run_id,
+                error,
+                extra=about(lease.run, run_id=lease.run_id),
+            )
         elif isinstance(error, AccessRevoked):
             _record_quietly(services.run_fail_access_revoked, lease=lease)
         elif services.database_error_transient(error):
             # A lock timeout, a deadlock, a lost connection: nothing of the step was written,
             # and the run can go on from its last commit, here or in another worker.
-            logger.warning("run %s handed back to the queue: %s", lease.run_id, error)
+            logger.warning(
+                "run %s handed back to the queue: %s",
+                lease.run_id,
+                error,
+                extra=about(lease.run, run_id=lease.run_id),
+            )
             _record_quietly(services.runs_release, [lease])
         else:
-            logger.error("run %s failed unexpectedly", lease.run_id, exc_info=error)
+            logger.error(
+                "run %s failed unexpectedly",
+                lease.run_id,
+                exc_info=error,
+                extra=about(lease.run, run_id=lease.run_id),
+            )
             _record_quietly(
                 services.run_park, lease=lease, reason=f"{type(error).__name__}: {error}"
             )

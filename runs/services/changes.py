@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentportal import errors
+from agentportal.logs import about
 from runs import extensions
 from runs.locks import run_lock
 from runs.models import FINISHED_STATUSES, AgentRun, ErrorCode, Node, RunEvent, RunStatus
@@ -241,7 +242,11 @@ def _wait_due(run: AgentRun) -> bool:
     ):
         return False
     if run.wait is None:
-        logger.error("run %s waits with an unusable wait state; left to an operator", run.pk)
+        logger.error(
+            "run %s waits with an unusable wait state; left to an operator",
+            run.pk,
+            extra=about(run),
+        )
         return False
     return True
 

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentportal.logs import about
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, RunStatus
 from runs.services.changes import RunChange, run_fail_locked, run_update_locked
@@ -23,7 +24,12 @@ def run_park(*, lease: Lease, reason: str) -> None:
     operator: PARKED, with the reason, until they hand it back or fail it, or until the wait
     limit fails it with INTERNAL_ERROR. It frees its shop's capacity and its customer's
     open-run slot; it is never expired or failed behind anyone's back before that."""
-    logger.error("run %s parked for an operator: %s", lease.run_id, reason)
+    logger.error(
+        "run %s parked for an operator: %s",
+        lease.run_id,
+        reason,
+        extra=about(lease.run, run_id=lease.run_id),
+    )
     with transaction.atomic():
         run = run_lock(lease.run_id)
         if run.status != RunStatus.RUNNING or run.lease_token != lease.token:

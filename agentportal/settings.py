@@ -193,7 +193,13 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and WEB_PROCESS:
     DATABASES["default"]["OPTIONS"] = {
-        "pool": {"min_size": 2, "max_size": env_count("AGENTPORTAL_WEB_DB_POOL", 20)},
+        # A request waits at most 3 s for a connection (the database away, or every one in
+        # use), then is answered 503 with Retry-After.
+        "pool": {
+            "min_size": 2,
+            "max_size": env_count("AGENTPORTAL_WEB_DB_POOL", 20),
+            "timeout": 3,
+        },
         **DATABASES["default"].get("OPTIONS", {}),
     }
 

@@ -148,6 +148,9 @@ class AgentRun(models.Model):
     version = models.PositiveIntegerField(default=1)
     lease_token = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The worker process that took the lease (its heartbeat's name), so that its runs are
+    # handed back as soon as it is known to be dead, before their leases expire.
+    lease_holder = models.CharField(max_length=160, blank=True, default="")
     control_version = models.PositiveIntegerField(default=1)
     deadline_at = models.DateTimeField(null=True, blank=True)
     wait_deadline_at = models.DateTimeField(null=True, blank=True)

@@ -8,8 +8,6 @@ and every commit goes through runs.services.runs_step_commit, which re-checks ea
 
 import logging
 import math
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -23,7 +21,7 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from django.utils import timezone
 
 from agentportal.logs import about
-from runs import extensions, inflight, services
+from runs import extensions, handback, inflight, services
 from runs.models import (
     AgentRun,
     RunStatus,
@@ -181,6 +179,7 @@ def _batch_execute(
             if not connection.in_atomic_block:
                 # Between rounds, as between requests: a connection that broke is replaced.
                 close_old_connections()
+                handback.retry()
             batch[:] = [entry for entry in batch if not entry.done]
             if claims is not None:
                 batch += _batch_join(claims.more(holding=len(batch)), ends=ends)
@@ -223,7 +222,8 @@ def _batch_execute(
         for entry in stranded:
             entry.drop()
         if stranded:
-            _record_quietly(services.runs_release, [entry.lease for entry in stranded])
+            handback.hand_back([entry.lease for entry in stranded])
+        handback.retry_until(time.monotonic() + handback.WAIT_SECONDS)
 
 
 def _report(*, holding: int) -> None:
@@ -234,9 +234,10 @@ def _report(*, holding: int) -> None:
         "free_slots": _config("WORKER_IN_FLIGHT") - holding,
         "model_endpoints": inflight.gates_report(),
     }
-    # The name is read at each report: worker processes are forked after this module loads.
-    name = f"process:{socket.gethostname()}:{os.getpid()}"
-    _record_quietly(services.heartbeat_record, name=name, report=report)
+    _record_quietly(services.heartbeat_record, name=services.process_name(), report=report)
+    # Each busy process looks out for the others: a process that died (killed, out of
+    # memory) stops reporting, and its runs go back to the queue now.
+    _record_quietly(services.leases_of_lost_processes_release)
 
 
 def _poll_timeout(batch: list["_RunInBatch"]) -> float:
@@ -353,7 +354,7 @@ class _RunInBatch:
                 error,
                 extra=about(lease.run, run_id=lease.run_id),
             )
-            _record_quietly(services.runs_release, [lease])
+            handback.hand_back([lease])
         else:
             logger.error(
                 "run %s failed unexpectedly",

@@ -32,7 +32,7 @@ from runs.services.changes import (
     run_wait_move_locked,
     wait_fields,
 )
-from runs.services.leases import AccessRevoked, Lease, LostRun, lease_holds
+from runs.services.leases import AccessRevoked, Lease, LostRun, lease_holds, process_name
 from runs.services.maintenance import (
     deadlines_enforce,
     heartbeat_record,
@@ -42,6 +42,7 @@ from runs.services.maintenance import (
     waits_expire,
 )
 from runs.services.parking import (
+    leases_of_lost_processes_release,
     leases_renew,
     parked_expire,
     run_fail_access_revoked,
@@ -85,11 +86,13 @@ __all__ = [
     "heartbeat_record",
     "lease_holds",
     "leases_expired_requeue",
+    "leases_of_lost_processes_release",
     "leases_renew",
     "maintain",
     "membership_lock",
     "open_runs_check",
     "parked_expire",
+    "process_name",
     "queue_run",
     "release_resolve",
     "release_save",

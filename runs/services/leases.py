@@ -1,6 +1,8 @@
 """What a worker holds while it executes a run, and what it learns when it no longer does."""
 
 import math
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -62,3 +64,9 @@ def lease_holds(run: AgentRun, lease: Lease) -> bool:
     """Whether the worker holding `lease` still holds `run`, a row the caller locked and
     loaded: what a side effect committed outside a step must prove first."""
     return held_by_row(run, lease, timezone.now())
+
+
+def process_name() -> str:
+    """This process as a lease holder and in its heartbeat. Read each time: worker processes
+    are forked after this module loads."""
+    return f"process:{socket.gethostname()}:{os.getpid()}"

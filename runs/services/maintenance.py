@@ -14,7 +14,7 @@ from runs import extensions
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, RunStatus, WorkerHeartbeat
 from runs.services.changes import WAITING_STATUSES, run_fail_locked, run_wait_expire_locked
-from runs.services.parking import parked_expire
+from runs.services.parking import leases_of_lost_processes_release, parked_expire
 from runs.services.queueing import tick_enqueue
 from runs.services.statements import lease_expired, occupying_count
 
@@ -103,6 +103,7 @@ def maintain() -> dict[str, int]:
     """
     sweeps: list[tuple[str, Callable[[], int]]] = [
         ("requeued", leases_expired_requeue),
+        ("lost_processes", leases_of_lost_processes_release),
         ("deadlines", deadlines_enforce),
         ("waits_expired", waits_expire),
         ("parked_expired", parked_expire),

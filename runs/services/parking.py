@@ -5,12 +5,12 @@ import logging
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from agentportal.logs import about
 from runs.locks import run_lock
-from runs.models import AgentRun, ErrorCode, RunStatus
+from runs.models import AgentRun, ErrorCode, RunStatus, WorkerHeartbeat
 from runs.services.changes import RunChange, run_fail_locked, run_update_locked
 from runs.services.leases import Lease, lease_expires_at
 from runs.services.queueing import tick_enqueue
@@ -109,6 +109,42 @@ def runs_release(leases: list[Lease]) -> int:
                 updated_at=now,
             )
         if released:
+            tick_enqueue()
+    return released
+
+
+# A worker process holding runs reports every 2 s; one silent for this long is taken for dead.
+PROCESS_LOST_AFTER = timedelta(seconds=15)
+
+
+def leases_of_lost_processes_release() -> int:
+    """Hand back to the queue the runs of worker processes that stopped reporting (killed, out
+    of memory, their machine gone), rather than when their leases expire: each RUNNING run
+    whose holder has not reported for PROCESS_LOST_AFTER and that has not changed in that
+    time (a run claimed a moment ago waits for its holder's first report). A holder that was
+    only slow loses its runs and commits nothing more of them (its lease token is stale)."""
+    now = timezone.now()
+    since = now - PROCESS_LOST_AFTER
+    reporting = WorkerHeartbeat.objects.filter(name=OuterRef("lease_holder"), seen_at__gte=since)
+    lost = list(
+        AgentRun.objects.filter(status=RunStatus.RUNNING, updated_at__lt=since)
+        .exclude(lease_holder="")
+        .exclude(Exists(reporting))
+        .values_list("pk", "lease_token", "lease_holder")
+    )
+    released = 0
+    with transaction.atomic():
+        for run_id, token, holder in lost:
+            released += AgentRun.objects.filter(
+                pk=run_id, status=RunStatus.RUNNING, lease_token=token, lease_holder=holder
+            ).update(
+                status=RunStatus.QUEUED,
+                lease_expires_at=None,
+                version=F("version") + 1,
+                updated_at=now,
+            )
+        if released:
+            logger.warning("handed back %d runs of worker processes that stopped", released)
             tick_enqueue()
     return released
 

@@ -1,5 +1,5 @@
 """Retention: what a finished run keeps after a while. Its events, model attempts and input
-receipts go; the run itself stays (approvals, tickets and refunds point at it and are kept)."""
+receipts go; the run itself stays, and so does what a domain recorded about it."""
 
 from dataclasses import dataclass
 from datetime import datetime

@@ -8,7 +8,7 @@ from agentportal.models import Merchant
 from runs import extensions, locks
 from runs.models import AgentRun, AttemptStatus, ErrorCode, ModelAttempt, Node, RunStatus
 from runs.services.changes import RunChange, run_changes_write
-from runs.services.leases import Lease, lease_expires_at
+from runs.services.leases import Lease, lease_expires_at, process_name
 from runs.services.statements import (
     CANDIDATES_SQL,
     CLAIM_SHOPS,
@@ -197,6 +197,7 @@ def _claim_change(run: AgentRun, now) -> tuple[RunChange, Lease, ModelAttempt | 
         status=RunStatus.RUNNING,
         lease_token=token,
         lease_expires_at=lease_expires_at(now),
+        lease_holder=process_name(),
     )
     change.events.append(("run.started", {"lease": token}))
     attempt = None

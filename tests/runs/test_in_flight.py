@@ -2,6 +2,9 @@
 client against a slow OpenAI-compatible endpoint on loopback (runs.model_stub), which counts
 the calls it holds at once."""
 
+import os
+import signal
+
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -208,3 +211,30 @@ def test_a_bad_in_flight_setting_stops_the_worker_at_start_naming_it(variable, v
 
     assert started.returncode != 0
     assert f"{variable} must be a whole number of 1 or more, not '{value}'." in started.stderr
+
+
+@pytest.mark.usefixtures("many_open_runs")
+def test_the_runs_of_a_killed_worker_process_finish_elsewhere_before_their_leases_expire(
+    demo, cluster, stub
+):
+    # given two worker processes of four slots each, every slot waiting on a slow model call,
+    # and more runs waiting: the surviving process stays busy
+    endpoint = stub(latency=8, text_only=True)
+    runs = _queue(demo, 16)
+    cluster(workers=2, env=_openai(endpoint, AGENTPORTAL_WORKER_IN_FLIGHT="4"))
+    running = AgentRun.objects.filter(pk__in=runs, status=RunStatus.RUNNING)
+    wait_for(lambda: running.values("lease_holder").distinct().count() == 2, timeout=60)
+
+    # when one process is killed outright (its cluster starts another in its place)
+    holder = running.values_list("lease_holder", flat=True).first()
+    leases = dict(running.filter(lease_holder=holder).values_list("pk", "lease_expires_at"))
+    os.kill(int(holder.rsplit(":", 1)[1]), signal.SIGKILL)
+
+    # then every run completes, the killed process's taken over while their leases still held
+    wait_for(lambda: _all_finished(runs), timeout=120)
+    assert _statuses(runs) == {RunStatus.COMPLETED}
+    assert len(leases) == 4
+    for run_id, lease_expires_at in leases.items():
+        started = RunEvent.objects.filter(run_id=run_id, type="run.started").order_by("seq")
+        assert started.count() == 2
+        assert started.last().created_at < lease_expires_at

@@ -24,7 +24,7 @@ def age(text: str) -> timedelta:
 class Command(BaseCommand):
     help = (
         "Delete the events, model attempts and input receipts of runs that finished before the "
-        "given age; the runs, approvals, tickets and refunds are kept. Safe to run again."
+        "given age; the runs and what a domain recorded about them are kept. Safe to run again."
     )
 
     def add_arguments(self, parser):

@@ -166,13 +166,19 @@ SQLITE_OPTIONS = {
 # past the request would outlive: its processes take connections from a pool (PostgreSQL) or
 # open one per request (SQLite, a file). Workers keep theirs (one thread each).
 WEB_PROCESS = env_bool("AGENTPORTAL_WEB_PROCESS", False)
-DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        conn_max_age=0 if WEB_PROCESS else 60,
-        conn_health_checks=not WEB_PROCESS,
-    )
-}
+try:
+    DATABASES = {
+        "default": dj_database_url.config(
+            default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+            conn_max_age=0 if WEB_PROCESS else 60,
+            conn_health_checks=not WEB_PROCESS,
+        )
+    }
+except ValueError as error:  # the library's errors for a scheme or a URL it cannot read
+    raise ImproperlyConfigured(
+        "DATABASE_URL cannot be read (use postgres://user:password@host:port/name or "
+        f"sqlite:///path): {str(error).split('. ')[0].rstrip('.')}."
+    ) from None
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
     # Tests run the worker cluster in other processes, so the test database must be a file.
@@ -297,6 +303,17 @@ Q_CLUSTER = {
     "poll": env_float("AGENTPORTAL_Q_POLL", 0.05),
     "label": "Django Q2",
 }
+# The broker carries only wake-ups (a tick drains every claimable run), so one that loses a
+# message costs latency, never a run: `maintain` wakes the workers every minute regardless.
+# The database is the default broker; Redis takes that load off it when many nodes poll.
+BROKER_URL = os.environ.get("AGENTPORTAL_BROKER_URL", "")
+if BROKER_URL:
+    if not BROKER_URL.startswith(("redis://", "rediss://")):
+        raise ImproperlyConfigured(
+            f"AGENTPORTAL_BROKER_URL must be a redis:// or rediss:// URL, not {BROKER_URL!r}."
+        )
+    del Q_CLUSTER["orm"]
+    Q_CLUSTER["redis"] = BROKER_URL
 
 # Agent runtime defaults (DESIGN section 9); a merchant's release may narrow them.
 WORKER_IN_FLIGHT = env_count("AGENTPORTAL_WORKER_IN_FLIGHT", 256)

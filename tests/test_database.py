@@ -10,3 +10,14 @@ def test_runs_on_the_database_ci_asked_for():
     # quietly ran on SQLite.
     expected = os.environ.get("AGENTPORTAL_EXPECT_DATABASE", "sqlite")
     assert connection.vendor == expected
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db
+def test_wakes_workers_through_the_broker_ci_asked_for():
+    # CI's pass with AGENTPORTAL_BROKER_URL sets AGENTPORTAL_EXPECT_BROKER=redis: this fails if
+    # the cluster tests quietly went through the database's queue.
+    from django_q.brokers import get_broker
+
+    expected = os.environ.get("AGENTPORTAL_EXPECT_BROKER", "orm")
+    assert type(get_broker()).__name__.lower() == expected

@@ -135,3 +135,39 @@ def test_runportal_refuses_an_unknown_role():
 
     assert done.returncode != 0
     assert "invalid choice: 'cook'" in done.stderr
+
+
+def _runportal_refused(**env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "runportal", "--role", "worker"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "agentportal.settings", **env},
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "sentence"),
+    [
+        (
+            {"AGENTPORTAL_BROKER_URL": "amqp://broker/"},
+            "AGENTPORTAL_BROKER_URL must be a redis:// or rediss:// URL, not 'amqp://broker/'.",
+        ),
+        (
+            {"AGENTPORTAL_BROKER_URL": "redis://someone:secret@127.0.0.1:1/0"},
+            "Cannot reach the broker in AGENTPORTAL_BROKER_URL (redis://127.0.0.1:1/0)",
+        ),
+        ({"DATABASE_URL": "mongodb://db/portal"}, "DATABASE_URL cannot be read"),
+        ({"DATABASE_URL": "postgres://u:p@host:port/db"}, "DATABASE_URL cannot be read"),
+    ],
+    ids=["broker-not-redis", "broker-unreachable", "database-scheme", "database-port"],
+)
+def test_runportal_refuses_bad_configuration_in_one_sentence(env, sentence):
+    done = _runportal_refused(**env)
+
+    assert done.returncode != 0
+    assert sentence in done.stderr
+    assert "secret" not in done.stderr
+    assert "Traceback" not in done.stderr

@@ -3,7 +3,7 @@ more than once (DESIGN 5: every step is committed, the claim in the database dec
 
 import pytest
 from django.utils import timezone
-from django_q.models import OrmQ
+from django_q.brokers import get_broker
 from django_q.tasks import async_task
 
 from runs import services
@@ -124,7 +124,7 @@ def test_tick_delivered_several_times_through_cluster_executes_run_once(demo, ap
     async_task("runs.tasks.tick", q_options={"ack_failure": True})
     async_task("runs.tasks.tick", q_options={"ack_failure": True})
     wait_for(lambda: is_finished(run_id), timeout=60, interval=0.1)
-    wait_for(lambda: not OrmQ.objects.exists(), timeout=30)  # every delivery was taken
+    wait_for(lambda: not get_broker().queue_size(), timeout=30)  # every delivery was taken
 
     # then: the run was executed once
     run = AgentRun.objects.get(pk=run_id)

@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -21,6 +23,22 @@ ROLES = {"all": ("web", "worker"), "web": ("web",), "worker": ("worker",)}
 # row; a child that ran for STEADY_SECONDS starts over at the first.
 RESTART_PAUSES = (1, 2, 5, 10, 30)
 STEADY_SECONDS = 60
+
+
+def _broker_reachable(url: str) -> None:
+    """Refuse to start against a Redis broker that does not answer: every role sends or takes
+    wake-ups through it."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        parts = urlsplit(url)  # shown without its password
+        where = f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
+        raise CommandError(
+            f"Cannot reach the broker in AGENTPORTAL_BROKER_URL ({where}): {error}"
+        ) from None
+    finally:
+        client.close()
 
 
 @dataclass
@@ -68,6 +86,8 @@ class Command(BaseCommand):
             raise CommandError("--web-processes and --workers must be at least 1.")
         if not 0 < port < 65536:
             raise CommandError(f"--port must be between 1 and 65535, not {port}.")
+        if settings.BROKER_URL:
+            _broker_reachable(settings.BROKER_URL)
         children = [
             self._child(name, host=host, port=port, web_processes=web_processes, workers=workers)
             for name in ROLES[role]

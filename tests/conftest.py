@@ -154,6 +154,23 @@ def free_port() -> int:
 
 
 @pytest.fixture
+def stub():
+    """stub(latency=..., text_only=...) -> an OpenAI-compatible endpoint on loopback
+    (runs.model_stub), stopped after the test."""
+    from runs.model_stub import ModelStub
+
+    started = []
+
+    def start(**kwargs):
+        started.append(ModelStub(**kwargs).start())
+        return started[-1]
+
+    yield start
+    for endpoint in started:
+        endpoint.stop()
+
+
+@pytest.fixture
 def web_server(transactional_db):
     """web_server(**env) -> the base URL of the product's web server (`runportal --role web`:
     gunicorn and uvicorn, one process, the product's settings) on the test database; stopped

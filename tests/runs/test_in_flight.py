@@ -22,19 +22,6 @@ QUESTION = "What is the status of order ORD-1001?"
 
 
 @pytest.fixture
-def stub():
-    started: list[ModelStub] = []
-
-    def start(**kwargs) -> ModelStub:
-        started.append(ModelStub(**kwargs).start())
-        return started[-1]
-
-    yield start
-    for endpoint in started:
-        endpoint.stop()
-
-
-@pytest.fixture
 def many_open_runs(settings):
     """Tests queue hundreds of runs for one customer: lift the per-account limit."""
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "MAX_OPEN_RUNS_PER_ACCOUNT": 10_000}

@@ -21,3 +21,15 @@ def test_wakes_workers_through_the_broker_ci_asked_for():
 
     expected = os.environ.get("AGENTPORTAL_EXPECT_BROKER", "orm")
     assert type(get_broker()).__name__.lower() == expected
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db
+def test_goes_through_the_pooler_ci_asked_for():
+    # CI's PgBouncer pass sets AGENTPORTAL_EXPECT_POOLER to the pooler's port: this fails if
+    # that pass quietly went straight to the database or kept prepared statements on.
+    expected = os.environ.get("AGENTPORTAL_EXPECT_POOLER")
+    if expected is None:
+        pytest.skip("not the pooler's pass")
+    assert str(connection.settings_dict["PORT"]) == expected
+    assert "prepare_threshold" not in connection.settings_dict["OPTIONS"]

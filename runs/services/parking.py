@@ -3,6 +3,7 @@ access was revoked; and the leases of runs in slow calls, renewed."""
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef
@@ -96,12 +97,20 @@ def runs_release(leases: list[Lease]) -> int:
     """Hand runs a worker can no longer execute back to the queue at once, rather than when
     their leases expire; each only while that worker still holds it. They go on from their
     last commit."""
+    return _requeue_held([(lease.run_id, lease.token) for lease in leases])
+
+
+def _requeue_held(held: list[tuple[Any, int]]) -> int:
+    """Queue again each (run id, lease token) while the run is still RUNNING under that token
+    (one conditional UPDATE each), and wake the workers; how many were."""
+    if not held:
+        return 0
     now = timezone.now()
     released = 0
     with transaction.atomic():
-        for lease in leases:
+        for run_id, token in held:
             released += AgentRun.objects.filter(
-                pk=lease.run_id, status=RunStatus.RUNNING, lease_token=lease.token
+                pk=run_id, status=RunStatus.RUNNING, lease_token=token
             ).update(
                 status=RunStatus.QUEUED,
                 lease_expires_at=None,
@@ -130,22 +139,11 @@ def leases_of_lost_processes_release() -> int:
         AgentRun.objects.filter(status=RunStatus.RUNNING, updated_at__lt=since)
         .exclude(lease_holder="")
         .exclude(Exists(reporting))
-        .values_list("pk", "lease_token", "lease_holder")
+        .values_list("pk", "lease_token")
     )
-    released = 0
-    with transaction.atomic():
-        for run_id, token, holder in lost:
-            released += AgentRun.objects.filter(
-                pk=run_id, status=RunStatus.RUNNING, lease_token=token, lease_holder=holder
-            ).update(
-                status=RunStatus.QUEUED,
-                lease_expires_at=None,
-                version=F("version") + 1,
-                updated_at=now,
-            )
-        if released:
-            logger.warning("handed back %d runs of worker processes that stopped", released)
-            tick_enqueue()
+    released = _requeue_held(lost)
+    if released:
+        logger.warning("handed back %d runs of worker processes that stopped", released)
     return released
 
 

@@ -1,3 +1,4 @@
+import importlib
 import io
 import os
 import signal
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
@@ -133,8 +135,13 @@ class Cluster:
 
 @pytest.fixture
 def cluster(transactional_db):
-    """Start clusters on demand; every one is stopped after the test."""
+    """Start clusters on demand, with `maintain` scheduled as in production; every one is
+    stopped after the test."""
     (ROOT / "artifacts").mkdir(exist_ok=True)
+    # The migration schedules it; an earlier test's flush deleted that row with the rest.
+    importlib.import_module("runs.migrations.0002_maintain_schedule").create_schedule(
+        django_apps, None
+    )
     started: list[Cluster] = []
 
     def start(**kwargs) -> Cluster:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 from django.db.models import Count
+from django.utils import timezone
 
 from runs.models import AgentRun, RunStatus, ToolExecution
 from tests import factories
@@ -63,6 +64,19 @@ def _post(base: str, key: str, body: dict, idempotency_key: str) -> int:
         return response.status
 
 
+def _unfinished() -> str:
+    """What the runs left unfinished look like, for the failure message."""
+    runs = AgentRun.objects.exclude(status=RunStatus.COMPLETED).order_by("created_at")
+    lines = [f"{runs.count()} runs unfinished; now {timezone.now().isoformat()}"]
+    for run in runs[:20]:
+        lines.append(
+            f"{run.pk} shop={run.merchant_id} {run.status} node={run.next_node} step={run.step} "
+            f"holder={run.lease_holder!r} lease={run.lease_expires_at} "
+            f"updated={run.updated_at.isoformat()} error={run.error_code}"
+        )
+    return "\n".join(lines)
+
+
 def test_two_worker_nodes_and_two_web_nodes_share_the_shops_and_survive_a_dead_node(
     cluster, web_server, stub
 ):
@@ -111,11 +125,14 @@ def test_two_worker_nodes_and_two_web_nodes_share_the_shops_and_survive_a_dead_n
     nodes[0].kill()
 
     # then the other node finishes every run
-    wait_for(
-        lambda: AgentRun.objects.filter(status=RunStatus.COMPLETED).count() == RUNS,
-        timeout=300,
-        interval=0.5,
-    )
+    try:
+        wait_for(
+            lambda: AgentRun.objects.filter(status=RunStatus.COMPLETED).count() == RUNS,
+            timeout=300,
+            interval=0.5,
+        )
+    except AssertionError:
+        raise AssertionError(_unfinished()) from None
     sampler.stopped.set()
     sampler.join()
 

@@ -25,7 +25,6 @@ import os
 import queue
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,8 @@ from agentportal.services import api_key_create
 from approvals import plans
 from approvals import services as approval_services
 from approvals.management.commands._llm import LlmScenario
+from approvals.management.commands._measure import free_port, percentiles, post_json
+from approvals.management.commands._streams import StreamsScenario
 from approvals.models import (
     Approval,
     ApprovalStatus,
@@ -75,12 +76,13 @@ MESSAGES = {
     "stop": "What is the status of order {order}?",
     "plan": "I want to exchange the shoes from order {order} for size 43",
     "llm": "What is the status of order {order}?",
+    "streams": "I want a refund for {order} amount 10",
 }
 STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
 FINISHED = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
-class Command(LlmScenario, BaseCommand):
+class Command(LlmScenario, StreamsScenario, BaseCommand):
     help = "Benchmark scripted runs through the real worker cluster; prints one JSON line last."
 
     def add_arguments(self, parser):
@@ -107,7 +109,19 @@ class Command(LlmScenario, BaseCommand):
             "--rate",
             type=float,
             default=0.0,
-            help="Runs arriving a second while the workers run (llm; default: all at once).",
+            help=(
+                "Runs arriving a second while the workers run (llm; default: all at once), "
+                "or decisions a second (streams; default 20)."
+            ),
+        )
+        parser.add_argument(
+            "--streams", type=int, default=1000, help="Event streams held open (streams)."
+        )
+        parser.add_argument(
+            "--web-processes",
+            type=int,
+            default=settings.AGENTPORTAL["WEB_PROCESSES"],
+            help="The web server's processes (streams).",
         )
 
     def handle(
@@ -125,6 +139,8 @@ class Command(LlmScenario, BaseCommand):
         model_latency,
         one_call,
         rate,
+        streams,
+        web_processes,
         **options,
     ):
         if runs < 1 or workers < 1:
@@ -160,6 +176,19 @@ class Command(LlmScenario, BaseCommand):
                 timeout=timeout,
                 rate=rate,
             )
+        elif scenario == "streams":
+            if streams < 1 or web_processes < 1 or rate < 0:
+                raise CommandError("--streams and --web-processes must be at least 1")
+            merchant = self._bench_shop(streams + runs, capacity=64)
+            result = self._streams(
+                merchant,
+                decisions=runs,
+                streams=streams,
+                rate=rate or 20.0,
+                workers=workers,
+                web_processes=web_processes,
+                timeout=timeout,
+            )
         else:
             result = self._throughput(merchant, runs, workers, timeout)
         result.update(
@@ -191,6 +220,7 @@ class Command(LlmScenario, BaseCommand):
             "ideal_runs_per_s",
             "rss_mb",
             "arrival_rate",
+            "streams",
             "decisions",
             "stops",
             "plans",
@@ -291,7 +321,7 @@ class Command(LlmScenario, BaseCommand):
             tick_queries_from = counter.queries
             worker.tick()
             tick_queries = counter.queries - tick_queries_from
-            if self.scenario == "approval":
+            if self.scenario in ("approval", "streams"):
                 supervisor = User.objects.get(username=BENCH_SUPERVISOR)
                 principal = Principal(merchant=merchant, role=Role.SUPERVISOR, user=supervisor)
                 for approval in Approval.objects.filter(merchant=merchant).select_related("run"):
@@ -573,8 +603,11 @@ class Command(LlmScenario, BaseCommand):
                 run.domain_event_cursor = cursors[run.pk]
             AgentRun.objects.bulk_update(run_rows, ["domain_event_cursor"])
 
-    def _start_portal(self, workers: int) -> tuple[int, subprocess.Popen]:
-        port = _free_port()
+    def _start_portal(
+        self, workers: int, *, web_processes: int | None = None, env: dict | None = None
+    ) -> tuple[int, subprocess.Popen]:
+        port = free_port()
+        web = [] if web_processes is None else ["--web-processes", str(web_processes)]
         portal = subprocess.Popen(
             [
                 sys.executable,
@@ -584,11 +617,12 @@ class Command(LlmScenario, BaseCommand):
                 str(port),
                 "--workers",
                 str(workers),
+                *web,
             ],
             stdout=subprocess.DEVNULL,
             stderr=self._portal_log,
             # The benchmark measures throughput, not the per-key rate limit its clients share.
-            env={**os.environ, "AGENTPORTAL_API_RATE": "1000000/minute"},
+            env={**os.environ, "AGENTPORTAL_API_RATE": "1000000/minute", **(env or {})},
         )
         ends = time.monotonic() + 60
         while True:
@@ -616,8 +650,8 @@ class Command(LlmScenario, BaseCommand):
                 ends = time.monotonic() + timeout
                 slow, other = customers[index % 2], customers[(index + 1) % 2]
                 order = _order_of(slow)
-                stopped = _post(base, keys[slow.pk], "/conversations", {})["id"]
-                run_id = _post(
+                stopped = post_json(base, keys[slow.pk], "/conversations", {})["id"]
+                run_id = post_json(
                     base,
                     keys[slow.pk],
                     f"/conversations/{stopped}/messages",
@@ -632,15 +666,17 @@ class Command(LlmScenario, BaseCommand):
                 # Somewhere inside the warehouse call, at random: a fixed delay would always
                 # hit the same phase of the worker's 250 ms cancellation poll.
                 time.sleep(delays.uniform(0.3, 1.5))
-                behind = _post(base, keys[other.pk], "/conversations", {})["id"]
-                waiting = _post(
+                behind = post_json(base, keys[other.pk], "/conversations", {})["id"]
+                waiting = post_json(
                     base,
                     keys[other.pk],
                     f"/conversations/{behind}/messages",
                     {"text": MESSAGES["plain"].format(order=_order_of(other))},
                 )["run_id"]
                 started = time.perf_counter()
-                _post(base, keys[slow.pk], f"/conversations/{stopped}/messages", {"text": "/stop"})
+                post_json(
+                    base, keys[slow.pk], f"/conversations/{stopped}/messages", {"text": "/stop"}
+                )
                 request_ms.append((time.perf_counter() - started) * 1000)
                 answered = timezone.now()
                 while not (
@@ -657,7 +693,11 @@ class Command(LlmScenario, BaseCommand):
                 portal.send_signal(signal.SIGTERM)
                 portal.wait(timeout=60)
         return {
-            "stops": {"count": stops, "request_ms": _p(request_ms), "abandon_ms": _p(abandon_ms)}
+            "stops": {
+                "count": stops,
+                "request_ms": percentiles(request_ms),
+                "abandon_ms": percentiles(abandon_ms),
+            }
         }
 
     def _start_cluster(self, workers: int, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -684,25 +724,6 @@ def _order_of(customer: User) -> str:
     return f"ORD-{500000 + int(customer.username.rsplit('-', 1)[1])}"
 
 
-def _p(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50": round(statistics.median(ordered), 1),
-        "p95": round(ordered[max(0, int(len(ordered) * 0.95) - 1)], 1),
-    }
-
-
-def _post(base: str, key: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        f"{base}{path}",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
-
-
 def _post_concurrently(base: str, requests: list[tuple[str, str, dict]]) -> dict:
     """POST every (key, path, body) from DECISION_CLIENTS threads; rate, latency, statuses."""
     work: queue.Queue[tuple[str, str, dict]] = queue.Queue()
@@ -720,7 +741,7 @@ def _post_concurrently(base: str, requests: list[tuple[str, str, dict]]) -> dict
                 return
             started = time.perf_counter()
             try:
-                _post(base, key, path, body)
+                post_json(base, key, path, body)
                 status = 200
             except urllib.error.HTTPError as error:
                 status = error.code
@@ -740,12 +761,6 @@ def _post_concurrently(base: str, requests: list[tuple[str, str, dict]]) -> dict
     return {
         "count": len(statuses),
         "per_s": round(len(statuses) / wall, 1),
-        **{f"{name}_ms": value for name, value in _p(latencies).items()},
+        **{f"{name}_ms": value for name, value in percentiles(latencies).items()},
         "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))},
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

@@ -2,6 +2,7 @@
 and the client's address, the same way for every count."""
 
 import hashlib
+import random
 import time
 import unicodedata
 
@@ -61,9 +62,12 @@ class Slots:
         self.key, self.limit, self.seconds = key, limit, seconds
 
     def take(self) -> str | None:
-        """A free slot's key, now held; None when all are held."""
+        """A free slot's key, now held; None when all are held. The search starts at a slot
+        chosen at random: from the first, a key holding hundreds would try each held one
+        first, a write to the cache each."""
+        start = random.randrange(self.limit) if self.limit else 0
         for index in range(self.limit):
-            slot = f"{self.key}:{index}"
+            slot = f"{self.key}:{(start + index) % self.limit}"
             if cache.add(slot, 1, timeout=self.seconds):
                 return slot
         return None

@@ -2,7 +2,8 @@
 production web server while a supervisor decides approvals at a steady rate.
 
 `runportal` (web and workers) runs --streams + --runs refunds until each waits on an approval.
-One event stream is opened on each of the first --streams runs and held open, as a page would:
+One event stream is opened on each of the first --streams runs with its customer's key and held
+open, as the customer's page would:
 a stream that ends (after 30 s, or its run's last event) is opened again at once, with
 Last-Event-ID; when its run finished it moves to a run still waiting. Then the first --runs
 approvals are decided at --rate a second over HTTP. It reports the decisions' latency, how long
@@ -57,7 +58,6 @@ class StreamsScenario:
         port, portal = self._start_portal(
             workers,
             web_processes=web_processes,
-            env={"AGENTPORTAL_MAX_EVENT_STREAMS_PER_KEY": str(streams * 2)},
         )
         try:
             ends = time.monotonic() + timeout
@@ -71,14 +71,18 @@ class StreamsScenario:
             approvals = list(
                 waiting.order_by("run__created_at").values_list("run_id", "interrupt_id")
             )
-            cursors = dict(
-                AgentRun.objects.filter(merchant=merchant).values_list("pk", "last_event_seq")
-            )
+            runs = AgentRun.objects.filter(merchant=merchant)
+            cursors = {str(pk): seq for pk, seq in runs.values_list("pk", "last_event_seq")}
+            customer_keys = {
+                customer.pk: api_key_create(merchant=merchant, role="customer", user=customer)[1]
+                for customer in User.objects.filter(agent_runs__merchant=merchant).distinct()
+            }
+            keys = {
+                str(pk): customer_keys[account] for pk, account in runs.values_list("pk", "account")
+            }
             watched = [str(run_id) for run_id, _ in approvals[:streams]]
             spares = [str(run_id) for run_id, _ in approvals[streams:]]
-            pages = _Pages(
-                port, key, watched, spares, {str(k): v for k, v in cursors.items()}
-            ).start()
+            pages = _Pages(port, keys, watched, spares, cursors).start()
             opened = pages.wait_open(streams, ends)
             web = [pid for pid in _descendants(portal.pid) if _is_web(pid)]
             cpu_before = _cpu_seconds(web)
@@ -169,9 +173,9 @@ def _decide_at_rate(base, key, approvals, rate, sent) -> tuple[list[float], list
 class _Pages(threading.Thread):
     """Pages holding event streams open, on an event loop of their own."""
 
-    def __init__(self, port: int, key: str, watched, spares, cursors) -> None:
+    def __init__(self, port: int, keys: dict[str, str], watched, spares, cursors) -> None:
         super().__init__(daemon=True)
-        self.port, self.key = port, key
+        self.port, self.keys = port, keys
         self.watched, self.spares, self.cursors = watched, spares, cursors
         self.open = 0
         self.fewest_open: int | None = None
@@ -235,7 +239,7 @@ class _Pages(threading.Thread):
                 (
                     f"GET /api/v1/runs/{run_id}/events/stream HTTP/1.1\r\n"
                     "Host: 127.0.0.1\r\n"
-                    f"Authorization: Bearer {self.key}\r\n"
+                    f"Authorization: Bearer {self.keys[run_id]}\r\n"
                     "Accept: text/event-stream\r\n"
                     f"Last-Event-ID: {self.cursors[run_id]}\r\n"
                     "Connection: close\r\n\r\n"

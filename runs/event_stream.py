@@ -1,55 +1,159 @@
-"""A run's events as server-sent events, served without holding a thread: under the ASGI server
-the stream is an async generator that waits on the event loop between polls, and each poll
-reads in a thread of the loop's pool only while it reads."""
+"""A run's events as server-sent events, served without holding a thread or reading once per
+stream: under the ASGI server every stream of a web process waits on its event loop, on one
+hub, and the hub reads what changed for all of them at once (in a thread of the loop's pool,
+only while it reads)."""
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection
 
 from runs import selectors
-from runs.models import FINISHED_STATUSES, AgentRun
 from runs.serializers import RunEventSerializer
+
+logger = logging.getLogger(__name__)
 
 TERMINAL_EVENTS = {"run.completed", "run.failed", "run.cancelled"}
 # A stream ends after this long (the client reconnects with Last-Event-ID), so a stream the
 # client forgot does not hold its key's slot for ever.
 STREAM_SECONDS = 30.0
+# How often the hub reads while streams wait, and the least time between two reads: streams
+# opened together are answered by one read.
 POLL_SECONDS = 0.5
+READ_GAP_SECONDS = 0.05
 
 
-def _read(run_id, after: int) -> tuple[list[dict], bool]:
-    """The run's events after `after` as the stream sends them, and whether there can be no
-    more; in a thread of the pool, which gives its database connection back."""
+class Subscription:
+    """One stream's place at the hub: the events it has yet to send, from `after` on."""
+
+    def __init__(self, run_id: Any, after: int) -> None:
+        self.run_id, self.after = run_id, after
+        self.events: list[dict] = []
+        self.over = False
+        self.ready = asyncio.Event()
+
+    def deliver(self, events: list[dict], finished: bool) -> None:
+        fresh = [data for data in events if data["seq"] > self.after]
+        if fresh:
+            self.events += fresh
+            self.after = fresh[-1]["seq"]
+        # Every event of a finished run came with this delivery: nothing more will follow.
+        self.over = self.over or finished
+        if fresh or finished:
+            self.ready.set()
+
+    def take(self) -> tuple[list[dict], bool]:
+        events, self.events = self.events, []
+        self.ready.clear()
+        return events, self.over
+
+
+class StreamHub:
+    """The streams of one event loop (one web process) and the one task that reads for them;
+    the task ends when the last stream does."""
+
+    def __init__(self) -> None:
+        self.streams: dict[Any, set[Subscription]] = {}
+        self.wake = asyncio.Event()
+        self.reader: asyncio.Task | None = None
+        self.reads = 0
+        self.failing = False
+
+    def subscribe(self, run_id: Any, after: int) -> Subscription:
+        subscription = Subscription(run_id, after)
+        self.streams.setdefault(run_id, set()).add(subscription)
+        self.wake.set()
+        if self.reader is None or self.reader.done():
+            self.reader = asyncio.get_running_loop().create_task(self._read_while_watched())
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        watching = self.streams.get(subscription.run_id)
+        if watching is not None:
+            watching.discard(subscription)
+            if not watching:
+                del self.streams[subscription.run_id]
+
+    async def _read_while_watched(self) -> None:
+        read = sync_to_async(_read, thread_sensitive=False)
+        while self.streams:
+            self.wake.clear()
+            cursors = {
+                run_id: min(subscription.after for subscription in watching)
+                for run_id, watching in self.streams.items()
+            }
+            try:
+                news = await read(cursors)
+            except Exception:
+                # The database is away: the streams wait (and end on time); read again later.
+                if not self.failing:
+                    logger.warning("event streams could not read; trying again", exc_info=True)
+                self.failing, news = True, {}
+            else:
+                self.failing = False
+            self.reads += 1
+            for run_id, (events, finished) in news.items():
+                for subscription in list(self.streams.get(run_id, ())):
+                    subscription.deliver(events, finished)
+            await asyncio.sleep(READ_GAP_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), POLL_SECONDS - READ_GAP_SECONDS)
+
+
+def _read(cursors: dict[Any, int]) -> dict[Any, tuple[list[dict], bool]]:
+    """What changed for the watched runs, as the streams send it; in a thread of the pool,
+    which gives its database connection back."""
     try:
-        # The status first: a run's final event commits with its final status, so a run read
-        # as finished has all its events visible to the read that follows.
-        finished = AgentRun.objects.filter(pk=run_id, status__in=FINISHED_STATUSES).exists()
-        events = selectors.run_events_after(run=AgentRun(pk=run_id), after=after)
-        return [RunEventSerializer(event).data for event in events], finished and not events
+        return {
+            run_id: ([RunEventSerializer(event).data for event in events], finished)
+            for run_id, (events, finished) in selectors.runs_events_since(cursors).items()
+        }
     finally:
         connection.close()
+
+
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StreamHub]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def stream_hub() -> StreamHub:
+    """The running event loop's hub."""
+    loop = asyncio.get_running_loop()
+    if loop not in _hubs:
+        _hubs[loop] = StreamHub()
+    return _hubs[loop]
 
 
 async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
     """The run's events after `after`; ends after a terminal event, once the run finished, or
     after STREAM_SECONDS."""
     ends = time.monotonic() + STREAM_SECONDS
-    read = sync_to_async(_read, thread_sensitive=False)
     yield "retry: 1000\n\n"
-    while True:
-        events, over = await read(run_id, after)
-        for data in events:
-            after = data["seq"]
-            yield f"id: {after}\nevent: {data['type']}\ndata: {json.dumps(data)}\n\n"
-            if data["type"] in TERMINAL_EVENTS:
+    hub = stream_hub()
+    subscription = hub.subscribe(run_id, after)
+    try:
+        while True:
+            try:
+                await asyncio.wait_for(subscription.ready.wait(), ends - time.monotonic())
+            except TimeoutError:
                 return
-        if over or time.monotonic() >= ends:
-            return
-        await asyncio.sleep(POLL_SECONDS)
+            events, over = subscription.take()
+            for data in events:
+                yield f"id: {data['seq']}\nevent: {data['type']}\ndata: {json.dumps(data)}\n\n"
+                if data["type"] in TERMINAL_EVENTS:
+                    return
+            if over:
+                return
+    finally:
+        hub.unsubscribe(subscription)
 
 
 class ClosingStream:

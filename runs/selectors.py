@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce
 from agentportal.principals import Principal
 from runs import extensions
 from runs.models import (
+    FINISHED_STATUSES,
     AgentRun,
     Conversation,
     ConversationMessage,
@@ -134,6 +135,37 @@ def page_newest_first(
 
 def run_events_after(*, run: AgentRun, after: int, limit: int = 500) -> list[RunEvent]:
     return list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+
+
+# Runs per statement, within every database's limit on a statement's parameters.
+RUNS_PER_READ = 200
+
+
+def runs_events_since(cursors: dict[Any, int]) -> dict[Any, tuple[list[RunEvent], bool]]:
+    """For each run id -> seq in `cursors` that has news: its events after that seq, and
+    whether it is finished. Runs with nothing new are left out; two statements per
+    RUNS_PER_READ runs that changed, one per RUNS_PER_READ that did not."""
+    ids = list(cursors)
+    news: dict[Any, tuple[list[RunEvent], bool]] = {}
+    for start in range(0, len(ids), RUNS_PER_READ):
+        rows = AgentRun.objects.filter(pk__in=ids[start : start + RUNS_PER_READ]).values_list(
+            "pk", "last_event_seq", "status"
+        )
+        # The status and the last seq are read together: a run's final event commits with
+        # its final status, so every event of a run read as finished is there to read next.
+        changed = {}
+        for run_id, last_seq, status in rows:
+            if last_seq > cursors[run_id] or status in FINISHED_STATUSES:
+                changed[run_id] = status in FINISHED_STATUSES
+                news[run_id] = ([], changed[run_id])
+        if not changed:
+            continue
+        after = Q()
+        for run_id in changed:
+            after |= Q(run_id=run_id, seq__gt=cursors[run_id])
+        for event in RunEvent.objects.filter(after).order_by("run_id", "seq"):
+            news[event.run_id][0].append(event)
+    return news
 
 
 def conversations_visible_to(principal: Principal) -> QuerySet[Conversation]:

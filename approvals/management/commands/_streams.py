@@ -85,7 +85,7 @@ class StreamsScenario:
             pages = _Pages(port, keys, watched, spares, cursors).start()
             opened = pages.wait_open(streams, ends)
             web = [pid for pid in _descendants(portal.pid) if _is_web(pid)]
-            cpu_before = _cpu_seconds(web)
+            cpu_before, phase_began = _cpu_seconds(web), time.monotonic()
 
             sent: dict[str, float] = {}
             latencies, statuses, achieved = _decide_at_rate(
@@ -93,7 +93,7 @@ class StreamsScenario:
             )
             time.sleep(2)  # the last decisions' events reach their streams
             cpu_s = _cpu_seconds(web) - cpu_before
-            phase_s = decisions / rate + 2
+            phase_s = time.monotonic() - phase_began
             pages.stop()
             delivery = [
                 (seen - sent[run_id]) * 1000

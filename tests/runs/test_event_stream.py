@@ -1,0 +1,118 @@
+"""The event-stream hub: every stream of a web process waits on one hub, and one read serves
+them all, whatever their number."""
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from runs import selectors, services
+from runs.event_stream import run_event_stream, stream_hub
+from runs.models import AgentRun
+from tests import factories
+
+STATUS = "What is the status of order ORD-1001?"
+
+
+def _queued(demo, count: int) -> list[AgentRun]:
+    customers = [factories.user_create(merchant=demo) for _ in range(count)]
+    return [factories.run_queue(customer=c, merchant=demo, message=STATUS) for c in customers]
+
+
+def test_runs_events_since_reads_once_for_runs_without_news(demo, django_assert_num_queries):
+    # given three queued runs, each read up to its one event
+    runs = _queued(demo, 3)
+
+    # when they are asked for news
+    with django_assert_num_queries(1):
+        news = selectors.runs_events_since({run.pk: 1 for run in runs})
+
+    # then there is none
+    assert news == {}
+
+
+def test_runs_events_since_gives_each_run_its_events_after_its_own_seq(
+    demo, django_assert_num_queries
+):
+    # given three runs, one cancelled (two events, finished), one read from the start
+    first, second, third = _queued(demo, 3)
+    services.run_cancel(run=first)
+
+    # when asked with a cursor each
+    with django_assert_num_queries(2):
+        news = selectors.runs_events_since({first.pk: 1, second.pk: 0, third.pk: 1})
+
+    # then the cancelled run gives its last event and says it is finished; the run read from
+    # the start gives its first; the third has no news
+    assert {run_id: ([e.seq for e in events], over) for run_id, (events, over) in news.items()} == {
+        first.pk: ([2], True),
+        second.pk: ([1], False),
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_thirty_streams_of_three_runs_share_one_hub_and_get_each_event_once(demo):
+    # given three queued runs and ten streams on each, opened after the runs' first event
+    runs = _queued(demo, 3)
+
+    async def watch(run: AgentRun) -> list[str]:
+        return [chunk async for chunk in run_event_stream(run.pk, after=1)]
+
+    async def scenario() -> tuple[list[list[str]], int]:
+        streams = [asyncio.create_task(watch(run)) for run in runs for _ in range(10)]
+        await asyncio.sleep(0.3)
+        reads_before = stream_hub().reads
+        # when the runs are cancelled
+        for run in runs:
+            await sync_to_async(services.run_cancel)(run=run)
+        received = await asyncio.wait_for(asyncio.gather(*streams), 10)
+        return received, stream_hub().reads - reads_before
+
+    received, reads = asyncio.run(scenario())
+
+    # then every stream sends its run's cancellation once and ends
+    for chunks in received:
+        assert chunks[0] == "retry: 1000\n\n"
+        assert [chunk.split("\n")[:2] for chunk in chunks[1:]] == [
+            ["id: 2", "event: run.cancelled"]
+        ]
+    # and a few reads served all thirty streams, not one each per poll
+    assert reads <= 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_on_a_finished_run_sends_what_is_left_and_ends(demo):
+    # given a cancelled run, read up to its first event
+    (run,) = _queued(demo, 1)
+    services.run_cancel(run=run)
+
+    async def watch() -> list[str]:
+        return [chunk async for chunk in run_event_stream(run.pk, after=1)]
+
+    # when a stream opens on it
+    chunks = asyncio.run(asyncio.wait_for(watch(), 10))
+
+    # then it sends the rest and ends at once
+    assert [chunk.split("\n")[:2] for chunk in chunks[1:]] == [["id: 2", "event: run.cancelled"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo):
+    # given a queued run, a stream from its start and one after its first event
+    (run,) = _queued(demo, 1)
+
+    async def watch(after: int) -> list[str]:
+        return [chunk.split("\n")[0] async for chunk in run_event_stream(run.pk, after=after)]
+
+    async def scenario() -> list[list[str]]:
+        streams = [asyncio.create_task(watch(0)), asyncio.create_task(watch(1))]
+        await asyncio.sleep(0.3)
+        # when the run is cancelled
+        await sync_to_async(services.run_cancel)(run=run)
+        return await asyncio.wait_for(asyncio.gather(*streams), 10)
+
+    from_start, after_first = asyncio.run(scenario())
+
+    # then each sent what came after its own place, once
+    assert from_start == ["retry: 1000", "id: 1", "id: 2"]
+    assert after_first == ["retry: 1000", "id: 2"]

@@ -6,4 +6,7 @@ class AgentPortalConfig(AppConfig):
     verbose_name = "Tenancy and access"
 
     def ready(self) -> None:
-        from agentportal import schema  # noqa: F401 (registers the OpenAPI auth extension)
+        from agentportal import counters, schema  # noqa: F401 (schema: the OpenAPI auth extension)
+        from runs import extensions
+
+        extensions.sweep_register("cache_expired", counters.cache_expired_delete)

@@ -7,7 +7,10 @@ import time
 import unicodedata
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.db import DatabaseCache
+from django.db import connections, router
+from django.utils import timezone
 
 
 def client_address(request) -> str:
@@ -75,3 +78,19 @@ class Slots:
     @staticmethod
     def give_back(slot: str) -> None:
         cache.delete(slot)
+
+
+def cache_expired_delete() -> int:
+    """Delete the shared cache's expired rows (counts and slots nobody gave back), which the
+    cache itself deletes only when read; how many. A sweep of `maintain`."""
+    backend = caches["default"]
+    if not isinstance(backend, DatabaseCache):
+        return 0
+    db = connections[router.db_for_write(backend.cache_model_class)]
+    table, expires = db.ops.quote_name(backend._table), db.ops.quote_name("expires")
+    with db.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE {expires} < %s",
+            [db.ops.adapt_datetimefield_value(timezone.now().replace(microsecond=0))],
+        )
+        return cursor.rowcount

@@ -214,6 +214,10 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.db.DatabaseCache",
         "LOCATION": "agentportal_cache",
+        # Past MAX_ENTRIES the cache drops a third of its rows, live ones too: open streams'
+        # slots and rate-limit counts would be forgotten. `maintain` deletes the expired rows
+        # instead, so the table holds what is live.
+        "OPTIONS": {"MAX_ENTRIES": 1_000_000},
     }
 }
 

@@ -1,0 +1,42 @@
+"""The counts and slots in the shared cache: none is forgotten while live, however many there
+are, and expired ones are swept."""
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.core.cache import cache
+from django.utils import timezone
+
+from agentportal.counters import Slots, cache_expired_delete
+from runs import services
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_a_key_holding_hundreds_of_slots_gets_exactly_its_limit():
+    # given a limit of 400 slots, past the 300 rows the cache used to keep before dropping some
+    slots = Slots("streams:many", 400, 60)
+
+    # when 401 holders ask
+    taken = [slots.take() for _ in range(401)]
+
+    # then the first 400 each hold a different slot and the last is refused
+    assert None not in taken[:400]
+    assert len(set(taken[:400])) == 400
+    assert taken[400] is None
+
+
+@pytest.mark.usefixtures("fresh_cache")
+def test_maintain_deletes_the_expired_rows_of_the_shared_cache_and_keeps_the_live_ones():
+    # given a count that expires in a second and one that lives for a minute
+    cache.set("count:short", 1, timeout=1)
+    cache.set("count:long", 1, timeout=60)
+
+    # when maintain runs two seconds later
+    with time_machine.travel(timezone.now() + timedelta(seconds=2)):
+        report = services.maintain()
+
+    # then the expired row is gone from the table and the live one kept
+    assert report["cache_expired"] == 1
+    assert cache_expired_delete() == 0
+    assert cache.get("count:long") == 1

@@ -317,7 +317,7 @@ class RunEventStreamView(APIView):
                 SERVER_SENT_EVENT,
                 description=(
                     "Server-sent events, one per run event. The stream ends after the run's final "
-                    "event, or after 30 s: reconnect with `Last-Event-ID`."
+                    "event, or after 24 to 30 s: reconnect with `Last-Event-ID`."
                 ),
             )
         },

@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -21,9 +23,11 @@ from runs.serializers import RunEventSerializer
 logger = logging.getLogger(__name__)
 
 TERMINAL_EVENTS = {"run.completed", "run.failed", "run.cancelled"}
-# A stream ends after this long (the client reconnects with Last-Event-ID), so a stream the
-# client forgot does not hold its key's slot for ever.
+# A stream ends after at most this long (the client reconnects with Last-Event-ID), so a
+# stream the client forgot does not hold its key's slot for ever; each lasts a random part of
+# the last fifth less, so that pages opened together do not all come back at once.
 STREAM_SECONDS = 30.0
+STREAM_JITTER = 0.2
 # How often the hub reads while streams wait, and the least time between two reads: streams
 # opened together are answered by one read.
 POLL_SECONDS = 0.5
@@ -134,8 +138,8 @@ def stream_hub() -> StreamHub:
 
 async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
     """The run's events after `after`; ends after a terminal event, once the run finished, or
-    after STREAM_SECONDS."""
-    ends = time.monotonic() + STREAM_SECONDS
+    after STREAM_SECONDS or a little less."""
+    ends = time.monotonic() + STREAM_SECONDS * (1 - random.uniform(0, STREAM_JITTER))
     yield "retry: 1000\n\n"
     hub = stream_hub()
     subscription = hub.subscribe(run_id, after)
@@ -156,9 +160,15 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
         hub.unsubscribe(subscription)
 
 
+# Stream ends are handed back here, off the thread that serves the process's views.
+_closings = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stream-close")
+
+
 class ClosingStream:
     """An async stream that calls `on_close` when the server closes the response, however it
-    ends: finished, timed out, or the client gone before the first byte."""
+    ends: finished, timed out, or the client gone before the first byte. The server closes it
+    on the thread that serves every view of the process, so `on_close` runs in a thread of
+    its own: a thousand streams ending would otherwise hold that thread up."""
 
     def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]) -> None:
         self.events, self.on_close = events, on_close
@@ -167,4 +177,13 @@ class ClosingStream:
         return self.events
 
     def close(self) -> None:
-        self.on_close()
+        _closings.submit(_closed, self.on_close)
+
+
+def _closed(on_close: Callable[[], None]) -> None:
+    try:
+        on_close()
+    except Exception:
+        logger.exception("an event stream's end could not be recorded")
+    finally:
+        connection.close()

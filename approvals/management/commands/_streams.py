@@ -2,8 +2,8 @@
 production web server while a supervisor decides approvals at a steady rate.
 
 `runportal` (web and workers) runs --streams + --runs refunds until each waits on an approval.
-One event stream is opened on each of the first --streams runs with its customer's key and held
-open, as the customer's page would:
+One event stream is opened on each of the first --streams runs with its customer's key, spread
+over 30 s, and held open, as the customer's page would:
 a stream that ends (after 30 s, or its run's last event) is opened again at once, with
 Last-Event-ID; when its run finished it moves to a run still waiting. Then the first --runs
 approvals are decided at --rate a second over HTTP. It reports the decisions' latency, how long
@@ -29,6 +29,7 @@ from agentportal.services import api_key_create
 from approvals.management.commands._llm import _descendants
 from approvals.management.commands._measure import percentiles, post_json
 from approvals.models import Approval, ApprovalStatus
+from runs import event_stream
 from runs.models import FINISHED_STATUSES, AgentRun
 
 DECIDERS = 8
@@ -113,7 +114,7 @@ class StreamsScenario:
             "streams": {
                 "held": streams,
                 "web_processes": web_processes,
-                "open_all_s": round(opened, 1),
+                "opened_over_s": round(opened, 1),
                 "fewest_open": pages.fewest_open,
                 "reopened": pages.reopened,
                 "refused": dict(pages.refused),
@@ -205,7 +206,13 @@ class _Pages(threading.Thread):
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        pages = [asyncio.create_task(self._page(run_id)) for run_id in self.watched]
+        # Pages open over a stream's life, as they would have opened over time: the streams
+        # then end and come back spread out, as in a steady state.
+        spacing = event_stream.STREAM_SECONDS / len(self.watched)
+        pages = [
+            asyncio.create_task(self._page(run_id, index * spacing))
+            for index, run_id in enumerate(self.watched)
+        ]
         while not self.stopping.is_set():
             if self.fewest_open is not None:
                 self.fewest_open = min(self.fewest_open, self.open)
@@ -214,7 +221,8 @@ class _Pages(threading.Thread):
             page.cancel()
         await asyncio.gather(*pages, return_exceptions=True)
 
-    async def _page(self, run_id: str) -> None:
+    async def _page(self, run_id: str, delay: float) -> None:
+        await asyncio.sleep(delay)
         first = True
         while True:
             finished = await self._stream(run_id)

@@ -11,7 +11,6 @@ import random
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -160,15 +159,9 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
         hub.unsubscribe(subscription)
 
 
-# Stream ends are handed back here, off the thread that serves the process's views.
-_closings = ThreadPoolExecutor(max_workers=2, thread_name_prefix="stream-close")
-
-
 class ClosingStream:
     """An async stream that calls `on_close` when the server closes the response, however it
-    ends: finished, timed out, or the client gone before the first byte. The server closes it
-    on the thread that serves every view of the process, so `on_close` runs in a thread of
-    its own: a thousand streams ending would otherwise hold that thread up."""
+    ends: finished, timed out, or the client gone before the first byte."""
 
     def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]) -> None:
         self.events, self.on_close = events, on_close
@@ -177,13 +170,4 @@ class ClosingStream:
         return self.events
 
     def close(self) -> None:
-        _closings.submit(_closed, self.on_close)
-
-
-def _closed(on_close: Callable[[], None]) -> None:
-    try:
-        on_close()
-    except Exception:
-        logger.exception("an event stream's end could not be recorded")
-    finally:
-        connection.close()
+        self.on_close()

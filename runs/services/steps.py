@@ -107,7 +107,12 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
 # What a database error that comes and goes looks like: PostgreSQL's SQLSTATE classes for a
 # lost connection, and its codes for serialization failures, deadlocks, lock and statement
 # timeouts and a server shutting down; SQLite's busy database.
-TRANSIENT_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "57014", "57P01")
+# Connection failures, serialization failures and deadlocks, lock and statement timeouts, and
+# the server shutting down, crashed or starting up.
+TRANSIENT_SQLSTATE_PREFIXES = (
+    *("08", "40001", "40P01", "55P03", "57014"),
+    *("57P01", "57P02", "57P03"),
+)
 
 
 def database_error_transient(error: BaseException) -> bool:
@@ -116,9 +121,14 @@ def database_error_transient(error: BaseException) -> bool:
         return True
     if not isinstance(error, OperationalError):
         return False
-    sqlstate = getattr(error.__cause__, "sqlstate", None)
+    cause = error.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
     if sqlstate:
         return sqlstate.startswith(TRANSIENT_SQLSTATE_PREFIXES)
+    if type(cause).__module__.startswith("psycopg"):
+        # PostgreSQL never answered with a code: the connection failed (refused, closed,
+        # timed out), as when the server is away.
+        return True
     return "database is locked" in str(error) or "database table is locked" in str(error)
 
 

@@ -316,8 +316,9 @@ class RunEventStreamView(APIView):
             (200, "text/event-stream"): OpenApiResponse(
                 SERVER_SENT_EVENT,
                 description=(
-                    "Server-sent events, one per run event. The stream ends after the run's final "
-                    "event, or after 24 to 30 s: reconnect with `Last-Event-ID`."
+                    "Server-sent events, one per run event, and a comment line (`: keep-alive`) "
+                    "after 15 s without one. The stream ends after the run's final event, or "
+                    "after 4 to 5 minutes: reconnect with `Last-Event-ID`."
                 ),
             )
         },
@@ -359,7 +360,8 @@ def _stream_slot(principal: Principal) -> str:
             429,
             "too_many_streams",
             f"This key already has {limit} event streams open; close one, or read /events instead.",
-            headers={"Retry-After": str(int(event_stream.STREAM_SECONDS))},
+            # A stream whose client went away is noticed at its next keep-alive line.
+            headers={"Retry-After": str(int(event_stream.KEEPALIVE_SECONDS))},
         )
     return slot
 

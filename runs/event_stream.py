@@ -24,9 +24,15 @@ logger = logging.getLogger(__name__)
 TERMINAL_EVENTS = {"run.completed", "run.failed", "run.cancelled"}
 # A stream ends after at most this long (the client reconnects with Last-Event-ID), so a
 # stream the client forgot does not hold its key's slot for ever; each lasts a random part of
-# the last fifth less, so that pages opened together do not all come back at once.
-STREAM_SECONDS = 30.0
+# the last fifth less, so that pages opened together do not all come back at once. Reconnects
+# are the costly part of a held stream: a thousand 30 s streams took the web server's CPU
+# from a third to all of a core.
+STREAM_SECONDS = 300.0
 STREAM_JITTER = 0.2
+# A comment line this often on a quiet stream: proxies close connections that stay silent
+# (nginx after 60 s), and writing is how the server learns that a client went away.
+KEEPALIVE_SECONDS = 15.0
+KEEPALIVE = ": keep-alive\n\n"
 # How often the hub reads while streams wait, and the least time between two reads: streams
 # opened together are answered by one read.
 POLL_SECONDS = 0.5
@@ -136,18 +142,25 @@ def stream_hub() -> StreamHub:
 
 
 async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
-    """The run's events after `after`; ends after a terminal event, once the run finished, or
-    after STREAM_SECONDS or a little less."""
+    """The run's events after `after`, and a comment line when quiet for KEEPALIVE_SECONDS;
+    ends after a terminal event, once the run finished, or after STREAM_SECONDS or a little
+    less."""
     ends = time.monotonic() + STREAM_SECONDS * (1 - random.uniform(0, STREAM_JITTER))
     yield "retry: 1000\n\n"
     hub = stream_hub()
     subscription = hub.subscribe(run_id, after)
     try:
         while True:
-            try:
-                await asyncio.wait_for(subscription.ready.wait(), ends - time.monotonic())
-            except TimeoutError:
+            remaining = ends - time.monotonic()
+            if remaining <= 0:
                 return
+            try:
+                await asyncio.wait_for(subscription.ready.wait(), min(remaining, KEEPALIVE_SECONDS))
+            except TimeoutError:
+                if time.monotonic() >= ends:
+                    return
+                yield KEEPALIVE
+                continue
             events, over = subscription.take()
             for data in events:
                 yield f"id: {data['seq']}\nevent: {data['type']}\ndata: {json.dumps(data)}\n\n"

@@ -120,7 +120,7 @@ def test_event_streams_are_capped_per_key_and_a_closed_one_frees_its_slot(demo, 
     assert [stream.status for stream in held] == [200, 200]
     assert refused.status == 429
     assert json.loads(refused.body)["code"] == "too_many_streams"
-    assert refused.headers["retry-after"] == "30"
+    assert refused.headers["retry-after"] == "15"
     assert other.status == 200
 
     # and once a client goes away, the server gives its slot back and a new stream opens

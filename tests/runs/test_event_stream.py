@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from runs import selectors, services
+from runs import event_stream, selectors, services
 from runs.event_stream import run_event_stream, stream_hub
 from runs.models import AgentRun
 from tests import factories
@@ -116,3 +116,22 @@ def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo
     # then each sent what came after its own place, once
     assert from_start == ["retry: 1000", "id: 1", "id: 2"]
     assert after_first == ["retry: 1000", "id: 2"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
+    # given a run that stays queued, and streams that last 1 s with a keep-alive each 0.3 s
+    monkeypatch.setattr(event_stream, "STREAM_SECONDS", 1.0)
+    monkeypatch.setattr(event_stream, "KEEPALIVE_SECONDS", 0.3)
+    (run,) = _queued(demo, 1)
+
+    async def watch() -> list[str]:
+        return [chunk async for chunk in event_stream.run_event_stream(run.pk, after=1)]
+
+    # when a stream opens on it
+    chunks = asyncio.run(asyncio.wait_for(watch(), 10))
+
+    # then it sends comment lines only, and ends by itself
+    assert chunks[0] == "retry: 1000\n\n"
+    assert 2 <= len(chunks[1:]) <= 3
+    assert set(chunks[1:]) == {": keep-alive\n\n"}

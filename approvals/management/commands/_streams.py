@@ -3,9 +3,9 @@ production web server while a supervisor decides approvals at a steady rate.
 
 `runportal` (web and workers) runs --streams + --runs refunds until each waits on an approval.
 One event stream is opened on each of the first --streams runs with its customer's key, spread
-over 30 s, and held open, as the customer's page would:
-a stream that ends (after 30 s, or its run's last event) is opened again at once, with
-Last-Event-ID; when its run finished it moves to a run still waiting. Then the first --runs
+over 30 s, and held open as the customer's page would: a stream that ends (after 4 to 5
+minutes, or its run's last event) is opened again at once, with Last-Event-ID; when its run
+finished it moves to a run still waiting. Then the first --runs
 approvals are decided at --rate a second over HTTP. It reports the decisions' latency, how long
 each decision took to reach the streams watching its run, how many streams were held, and the
 CPU the web server used.
@@ -29,10 +29,10 @@ from agentportal.services import api_key_create
 from approvals.management.commands._llm import _descendants
 from approvals.management.commands._measure import percentiles, post_json
 from approvals.models import Approval, ApprovalStatus
-from runs import event_stream
 from runs.models import FINISHED_STATUSES, AgentRun
 
 DECIDERS = 8
+RAMP_SECONDS = 30.0
 BENCH_SUPERVISOR = "bench-supervisor"
 
 
@@ -51,7 +51,7 @@ class StreamsScenario:
         web_processes: int,
         timeout: float,
     ) -> dict:
-        if decisions > streams:
+        if streams and decisions > streams:
             raise CommandError("--runs (the decisions) must not exceed --streams")
         supervisor = User.objects.get(username=BENCH_SUPERVISOR)
         _, key = api_key_create(merchant=merchant, role="supervisor", user=supervisor)
@@ -83,8 +83,8 @@ class StreamsScenario:
             }
             watched = [str(run_id) for run_id, _ in approvals[:streams]]
             spares = [str(run_id) for run_id, _ in approvals[streams:]]
-            pages = _Pages(port, keys, watched, spares, cursors).start()
-            opened = pages.wait_open(streams, ends)
+            pages = _Pages(port, keys, watched, spares, cursors)
+            opened = pages.start().wait_open(streams, ends) if streams else 0.0
             web = [pid for pid in _descendants(portal.pid) if _is_web(pid)]
             cpu_before, phase_began = _cpu_seconds(web), time.monotonic()
 
@@ -95,7 +95,8 @@ class StreamsScenario:
             time.sleep(2)  # the last decisions' events reach their streams
             cpu_s = _cpu_seconds(web) - cpu_before
             phase_s = time.monotonic() - phase_began
-            pages.stop()
+            if streams:
+                pages.stop()
             delivery = [
                 (seen - sent[run_id]) * 1000
                 for run_id, seen in pages.decided_seen
@@ -206,9 +207,8 @@ class _Pages(threading.Thread):
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        # Pages open over a stream's life, as they would have opened over time: the streams
-        # then end and come back spread out, as in a steady state.
-        spacing = event_stream.STREAM_SECONDS / len(self.watched)
+        # Pages open over RAMP_SECONDS rather than all at once, as visitors arrive.
+        spacing = RAMP_SECONDS / len(self.watched)
         pages = [
             asyncio.create_task(self._page(run_id, index * spacing))
             for index, run_id in enumerate(self.watched)
@@ -223,16 +223,12 @@ class _Pages(threading.Thread):
 
     async def _page(self, run_id: str, delay: float) -> None:
         await asyncio.sleep(delay)
-        first = True
         while True:
-            finished = await self._stream(run_id)
-            if not first:
-                self.reopened += 1
-            first = False
-            if finished:
+            if await self._stream(run_id):
                 if not self.spares:
                     return
                 run_id = self.spares.pop()
+            self.reopened += 1
 
     async def _stream(self, run_id: str) -> bool:
         """One stream until the server ends it; whether the run finished."""

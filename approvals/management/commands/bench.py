@@ -115,7 +115,10 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
             ),
         )
         parser.add_argument(
-            "--streams", type=int, default=1000, help="Event streams held open (streams)."
+            "--streams",
+            type=int,
+            default=1000,
+            help="Event streams held open (streams; 0: the decisions alone, for comparison).",
         )
         parser.add_argument(
             "--web-processes",
@@ -177,8 +180,8 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
                 rate=rate,
             )
         elif scenario == "streams":
-            if streams < 1 or web_processes < 1 or rate < 0:
-                raise CommandError("--streams and --web-processes must be at least 1")
+            if streams < 0 or web_processes < 1 or rate < 0:
+                raise CommandError("--streams must be 0 or more, --web-processes at least 1")
             merchant = self._bench_shop(streams + runs, capacity=64)
             result = self._streams(
                 merchant,

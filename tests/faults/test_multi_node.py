@@ -4,7 +4,6 @@ is killed outright (its whole process tree) the other finishes everything with n
 twice. CI runs it on PostgreSQL, once through the database's queue and once through Redis."""
 
 import json
-import os
 import threading
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -82,10 +81,6 @@ def test_two_worker_nodes_and_two_web_nodes_share_the_shops_and_survive_a_dead_n
 ):
     if connection.vendor != "postgresql":
         pytest.skip("nodes on several machines share PostgreSQL; SQLite is the one-box default")
-    if not os.environ.get("AGENTPORTAL_MULTI_NODE_TEST"):
-        # Twice (once through Redis, once through PgBouncer) runs were left unfinished after
-        # the node was killed; until the cause is found it runs only when asked for.
-        pytest.skip("set AGENTPORTAL_MULTI_NODE_TEST=1: it left runs unfinished twice")
     # given ten shops of differing capacity, each with customers who have an order
     sends = []
     shops = []
@@ -136,9 +131,11 @@ def test_two_worker_nodes_and_two_web_nodes_share_the_shops_and_survive_a_dead_n
     sampler.stopped.set()
     sampler.join()
 
-    # and no shop ever ran more than its capacity, and every shop ran some at once
-    for shop in shops:
-        assert 0 < sampler.most.get(shop.pk, 0) <= shop.max_running_runs, shop.slug
+    # and every shop ran as many at once as its capacity allows, and never more: none was
+    # held below it while others ran
+    assert {shop.slug: sampler.most.get(shop.pk, 0) for shop in shops} == {
+        shop.slug: shop.max_running_runs for shop in shops
+    }
     # and no tool ran twice for a run
     executions = ToolExecution.objects.values_list("run", "idempotency_key")
     assert len(set(executions)) == len(executions)

@@ -2,6 +2,7 @@
 them all, whatever their number."""
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -12,6 +13,12 @@ from runs.models import AgentRun
 from tests import factories
 
 STATUS = "What is the status of order ORD-1001?"
+
+
+def _run(coroutine):
+    """asyncio.run in a thread of its own: a browser test's driver may hold this thread's loop."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 def _queued(demo, count: int) -> list[AgentRun]:
@@ -68,7 +75,7 @@ def test_thirty_streams_of_three_runs_share_one_hub_and_get_each_event_once(demo
         received = await asyncio.wait_for(asyncio.gather(*streams), 10)
         return received, stream_hub().reads - reads_before
 
-    received, reads = asyncio.run(scenario())
+    received, reads = _run(scenario())
 
     # then every stream sends its run's cancellation once and ends
     for chunks in received:
@@ -90,7 +97,7 @@ def test_a_stream_on_a_finished_run_sends_what_is_left_and_ends(demo):
         return [chunk async for chunk in run_event_stream(run.pk, after=1)]
 
     # when a stream opens on it
-    chunks = asyncio.run(asyncio.wait_for(watch(), 10))
+    chunks = _run(asyncio.wait_for(watch(), 10))
 
     # then it sends the rest and ends at once
     assert [chunk.split("\n")[:2] for chunk in chunks[1:]] == [["id: 2", "event: run.cancelled"]]
@@ -111,7 +118,7 @@ def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo
         await sync_to_async(services.run_cancel)(run=run)
         return await asyncio.wait_for(asyncio.gather(*streams), 10)
 
-    from_start, after_first = asyncio.run(scenario())
+    from_start, after_first = _run(scenario())
 
     # then each sent what came after its own place, once
     assert from_start == ["retry: 1000", "id: 1", "id: 2"]
@@ -129,7 +136,7 @@ def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
         return [chunk async for chunk in event_stream.run_event_stream(run.pk, after=1)]
 
     # when a stream opens on it
-    chunks = asyncio.run(asyncio.wait_for(watch(), 10))
+    chunks = _run(asyncio.wait_for(watch(), 10))
 
     # then it sends comment lines only, and ends by itself
     assert chunks[0] == "retry: 1000\n\n"

@@ -324,7 +324,16 @@ WORKER_IN_FLIGHT = env_count("AGENTPORTAL_WORKER_IN_FLIGHT", 256)
 # Processes of the web server (each serves many requests and event streams at once).
 WEB_PROCESSES = env_count("AGENTPORTAL_WEB_PROCESSES", 2)
 
+# Where people reach the portal, for the links in emails (a mail client cannot follow a
+# relative one).
+SITE_URL = os.environ.get("AGENTPORTAL_SITE_URL", "http://127.0.0.1:8000").strip().rstrip("/")
+if not SITE_URL.startswith(("http://", "https://")) or "/" in SITE_URL.split("://", 1)[1]:
+    raise ImproperlyConfigured(
+        "AGENTPORTAL_SITE_URL must be the portal's address, such as https://support.example.com"
+        f" (scheme and host, no path), not {SITE_URL!r}."
+    )
 AGENTPORTAL = {
+    "SITE_URL": SITE_URL,
     "MODEL": os.environ.get("AGENTPORTAL_MODEL", "scripted"),
     "OPENAI_BASE_URL": os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
     "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "not-needed"),

@@ -15,6 +15,7 @@ from functools import partial
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from agentportal.models import Merchant
@@ -49,9 +50,10 @@ def approval_requested_notify(*, approval: Approval) -> None:
         },
         subject=f"Approval needed: {approval.tool_name} ({approval.interrupt_id})",
         body=(
-            f"The agent wants to run {approval.tool_name} with {approval.proposed_args}.\n"
-            f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC: "
-            f"/portal/approvals/{approval.interrupt_id}/"
+            f"The agent wants to run {approval.tool_name} with:\n"
+            f"{_arguments_text(approval.proposed_args)}\n\n"
+            f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC:\n"
+            f"{_portal_link('portal-approval', interrupt_id=approval.interrupt_id)}"
         ),
     )
 
@@ -74,8 +76,21 @@ def plan_waits_for_supervisor_notify(
             "changes_requested": note or None,
         },
         subject=f"Exchange plan waiting for you (v{proposal_version})",
-        body=f"The customer {action}.\nPlan: {summary}\n/portal/tickets/{ticket_id}/",
+        body=(
+            f"The customer {action}.\nPlan: {summary}\n"
+            f"{_portal_link('portal-ticket', ticket_id=ticket_id)}"
+        ),
     )
+
+
+def _portal_link(name: str, **kwargs) -> str:
+    """An absolute link to a portal page, which a mail client can follow."""
+    return settings.AGENTPORTAL["SITE_URL"] + reverse(name, kwargs=kwargs)
+
+
+def _arguments_text(arguments: dict) -> str:
+    """A call's arguments as lines a person reads: `  amount: 30.00`."""
+    return "\n".join(f"  {name.replace('_', ' ')}: {value}" for name, value in arguments.items())
 
 
 def _supervisors_notify(

@@ -29,6 +29,18 @@ def test_without_a_secret_key_the_product_refuses_to_start_in_one_sentence(key):
     )
 
 
+@pytest.mark.parametrize("site_url", ["portal.example.com", "https://portal.example.com/portal"])
+def test_a_site_url_that_is_not_an_address_is_refused_in_one_sentence(site_url):
+    started = manage("check", **PRODUCTION, AGENTPORTAL_SITE_URL=site_url)
+
+    assert started.returncode != 0
+    assert started.stderr.strip() == (
+        "agentportal: AGENTPORTAL_SITE_URL must be the portal's address, such as "
+        "https://support.example.com (scheme and host, no path), not "
+        f"{site_url!r}."
+    )
+
+
 def test_the_documented_production_environment_passes_the_deploy_checks():
     checked = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
 

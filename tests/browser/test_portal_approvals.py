@@ -2,6 +2,7 @@
 
 import pytest
 from django.contrib.auth.models import User
+from django.core import mail
 
 from approvals.models import Approval, ApprovalStatus, Refund
 from runs import worker
@@ -125,3 +126,22 @@ def test_enter_in_the_reason_rejects_and_never_approves(demo, signed_in):
     )
     assert not Refund.objects.exists()
     assert "Rejected" in sam.inner_text(".messages")
+
+
+def test_the_email_link_opens_the_call_and_reads_as_words(demo, signed_in, live_server, settings):
+    # given the portal's address, and a refund that reaches the supervisors by email
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "SITE_URL": live_server.url}
+    mail.outbox.clear()
+    approval = _pending(demo)
+    (email,) = mail.outbox
+    links = [line for line in email.body.splitlines() if line.startswith("http")]
+
+    # when sam follows the link from his mail client
+    sam = signed_in("sam")
+    sam.goto(links[0])
+
+    # then it is the call's page, and the mail named the arguments as a person reads them
+    assert links == [f"{live_server.url}/portal/approvals/{approval.interrupt_id}/"]
+    assert "ORD-1003" in sam.inner_text("#proposed-args")
+    assert "  order id: ORD-1003" in email.body.splitlines()
+    assert "{" not in email.body

@@ -52,6 +52,17 @@ class ReadOnlyAdminMixin:
         return False
 
 
+class HistoryInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """A record's history under it (a run's timeline, a ticket's proposals), written only by
+    services; whoever sees the record (a supervising membership) sees its history."""
+
+    extra = 0
+    can_delete = False
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) or supervises_any(request.user)
+
+
 class MerchantForm(forms.ModelForm):
     webhook_url = forms.URLField(required=False, assume_scheme="https")
 

@@ -8,6 +8,8 @@ from agentportal import monitoring, views
 from agentportal.forms import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 
 admin.site.login_form = ThrottledAdminAuthenticationForm
+admin.site.site_header = "Agent Portal administration"
+admin.site.site_title = "Agent Portal"
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/portal/", permanent=False)),

@@ -9,7 +9,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin, supervises_any
+from agentportal.admin import HistoryInline, MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
 from approvals import plans, services
 from approvals.models import (
@@ -236,39 +236,22 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
 # --- tickets (exchange plans) -----------------------------------------------------------------
 
 
-class _HistoryInline(admin.TabularInline):
-    """A ticket's records, written only by the plan services."""
-
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_view_permission(self, request, obj=None):
-        # Whoever sees the ticket (a supervising membership) sees its history.
-        return super().has_view_permission(request, obj) or supervises_any(request.user)
-
-
-class ProposalInline(_HistoryInline):
+class ProposalInline(HistoryInline):
     model = Proposal
     fields = readonly_fields = ["version", "summary", "items", "note", "created_by", "created_at"]
 
 
-class ConfirmationInline(_HistoryInline):
+class ConfirmationInline(HistoryInline):
     model = Confirmation
     fields = readonly_fields = ["proposal_version", "customer", "created_at"]
 
 
-class PlanReviewInline(_HistoryInline):
+class PlanReviewInline(HistoryInline):
     model = PlanReview
     fields = readonly_fields = ["proposal_version", "decision", "note", "reviewer", "created_at"]
 
 
-class BusinessEventInline(_HistoryInline):
+class BusinessEventInline(HistoryInline):
     model = BusinessEvent
     fields = readonly_fields = ["id", "kind", "proposal_version", "actor", "data", "created_at"]
     ordering = ["id"]

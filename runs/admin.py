@@ -3,7 +3,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from pydantic import ValidationError
 
-from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
+from agentportal.admin import HistoryInline, MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
 from agentportal.selectors import merchants_operated_by
 from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, ToolExecution
@@ -11,27 +11,24 @@ from runs.releases import GRAPH_RELEASES, ReleaseManifest
 from runs.services import release_save, run_cancel, run_parked_fail, run_unpark
 
 
-class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline):
+class RunEventInline(HistoryInline):
     model = RunEvent
     fields = ["seq", "type", "data", "created_at"]
     readonly_fields = fields
-    extra = 0
     ordering = ["seq"]
     verbose_name_plural = "timeline"
 
 
-class ModelAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
+class ModelAttemptInline(HistoryInline):
     model = ModelAttempt
     fields = ["step", "attempt", "status", "usage", "latency_ms", "error"]
     readonly_fields = fields
-    extra = 0
 
 
-class ToolExecutionInline(ReadOnlyAdminMixin, admin.TabularInline):
+class ToolExecutionInline(HistoryInline):
     model = ToolExecution
     fields = ["step", "index", "tool", "args", "status", "result"]
     readonly_fields = fields
-    extra = 0
 
 
 def _operated(model_admin, request, queryset):

@@ -41,8 +41,24 @@ class DecisionForm(forms.Form):
             ("reject", "reject"),
         ]
     )
-    tool_args = forms.JSONField(required=False)
-    reason = forms.CharField(required=False, max_length=2000)
+    # Text, parsed in clean(): a JSON error is then said where it is, and the text kept.
+    tool_args = forms.CharField(required=False)
+    reason = forms.CharField(required=False, max_length=2000, strip=True)
+
+    def clean(self):
+        cleaned = super().clean()
+        text = (cleaned.get("tool_args") or "").strip()
+        cleaned["tool_args"] = None
+        if cleaned.get("action") in ("preview", "revise") and text:
+            try:
+                cleaned["tool_args"] = json.loads(text)
+            except json.JSONDecodeError as error:
+                self.add_error(
+                    "tool_args",
+                    f"This is not valid JSON: {error.msg.lower()} at line {error.lineno}, "
+                    f"column {error.colno}.",
+                )
+        return cleaned
 
 
 @never_cache
@@ -132,13 +148,21 @@ def approval_page(request, interrupt_id: str):
             "form": form,
             "diff": diff,
             "proposed": json.dumps(approval.proposed_args, indent=2),
-            "editable": json.dumps(
-                form.cleaned_data.get("tool_args") if diff else approval.proposed_args, indent=2
-            ),
+            "editable": _editable(request, form, approval, diff),
             "events": approval.run.events.order_by("seq"),
             "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
         },
     )
+
+
+def _editable(request, form: DecisionForm, approval: Approval, diff) -> str:
+    """The arguments' text in the editor: what the supervisor sent, kept as typed (an error
+    must not lose an edit), or as reviewed once valid; else the proposed ones."""
+    if diff:
+        return json.dumps(form.cleaned_data["tool_args"], indent=2)
+    if request.method == "POST" and "tool_args" in request.POST:
+        return request.POST["tool_args"]
+    return json.dumps(approval.proposed_args, indent=2)
 
 
 def _validated(approval: Approval, tool_args) -> dict:
@@ -187,8 +211,13 @@ def _explain(request, form: DecisionForm, refusal: DomainError) -> None:
     elif isinstance(refusal, errors.RunFinished):
         messages.warning(request, "The run was cancelled or has ended; nothing was run.")
     elif refusal.errors:
+        # An argument's error goes beside the editor, named as the arguments name it.
         for error in refusal.errors:
-            form.add_error(None, f"{error['field']}: {error['message']}")
+            field, _, argument = error["field"].partition(".")
+            if field == "tool_args":
+                form.add_error("tool_args", f"{argument or 'arguments'}: {error['message']}")
+            else:
+                form.add_error(None, f"{error['field']}: {error['message']}")
     else:
         form.add_error(None, refusal.detail)
 

@@ -63,13 +63,43 @@ def test_supervisor_revises_a_refund_and_a_colleague_learns_it_was_decided(demo,
     assert approval.approved_args["amount"] == "12.50"
 
 
-def test_invalid_revision_is_a_form_error(demo, signed_in):
+def test_invalid_revision_is_an_error_beside_the_editor_and_keeps_the_edit(demo, signed_in):
+    # given a pending refund open on the approval page
     approval = _pending(demo)
     sam = signed_in("sam")
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
-    sam.fill("#tool-args", '{"order_id": "ORD-1003", "amount": "-3", "reason": "x"}')
+
+    # when sam reviews an amount the tool refuses
+    edit = '{"order_id": "ORD-1003", "amount": "-3", "reason": "x"}'
+    sam.fill("#tool-args", edit)
     sam.click("button[value=preview]")
-    assert "tool_args.amount" in sam.inner_text("#decision-form")
+
+    # then the error names the argument beside the editor, and his edit is still there
+    assert sam.inner_text("#tool-args-errors").startswith("amount: ")
+    assert sam.input_value("#tool-args") == edit
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+
+
+def test_a_json_mistake_in_a_revision_is_said_where_it_is_and_the_edit_kept(demo, signed_in):
+    # given a pending refund open on the approval page
+    approval = _pending(demo)
+    sam = signed_in("sam")
+    sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
+
+    # when sam's edit has a trailing comma
+    edit = '{"order_id": "ORD-1003", "amount": "12.50",}'
+    sam.fill("#tool-args", edit)
+    sam.click("button[value=preview]")
+
+    # then he is told where, his text is kept, and nothing was decided
+    screenshot(sam, "approval-json-mistake")
+    assert sam.inner_text("#tool-args-errors") == (
+        "This is not valid JSON: expecting property name enclosed in double quotes "
+        "at line 1, column 44."
+    )
+    assert sam.input_value("#tool-args") == edit
+    assert sam.locator("#diff").count() == 0
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING_APPROVAL
 

@@ -412,6 +412,11 @@ def ticket_revise(
                 "A customer asks for changes in the note; a supervisor edits the items.",
                 errors=[{"field": "items", "message": "only a supervisor edits the items"}],
             )
+        if not note.strip():
+            raise errors.InvalidInput(
+                "Say what should change in the plan.",
+                errors=[{"field": "note", "message": "Say what should change in the plan."}],
+            )
         return _ticket_command(
             ticket=ticket,
             principal=principal,

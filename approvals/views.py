@@ -22,6 +22,7 @@ from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
     ApprovalStatus,
+    BusinessEventKind,
     Decision,
     PlanDecision,
     TicketStatus,
@@ -306,6 +307,10 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
         "current": ticket.proposals.get(version=ticket.version),
         "confirmation": ticket.confirmations.filter(proposal_version=ticket.version).first(),
         "review": ticket.reviews.filter(proposal_version=ticket.version).first(),
+        "changes_requested": ticket.events.filter(kind=BusinessEventKind.CHANGES_REQUESTED)
+        .select_related("actor_user")
+        .order_by("-id")
+        .first(),
         "can_confirm": is_customer and ticket.status == TicketStatus.WAITING_CONFIRMATION,
         "can_review": not is_customer and ticket.status == TicketStatus.WAITING_REVIEW,
         "can_revise": not is_customer and ticket.status in TICKET_OPEN_STATUSES,

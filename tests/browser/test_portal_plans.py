@@ -101,3 +101,32 @@ def test_enter_in_the_supervisors_rejection_note_rejects(demo, signed_in, live_s
     assert ticket.status == TicketStatus.REJECTED
     assert PlanReview.objects.get(ticket=ticket).note == "size 43 is sold out"
     screenshot(sam, "plan-rejected-by-enter")
+
+
+def test_a_change_request_must_say_what_and_both_pages_show_it(demo, signed_in, live_server):
+    # given alice's plan waits for her confirmation
+    alice = signed_in("alice")
+    ticket = _plan_page(demo, alice, live_server)
+
+    # when she asks for changes with nothing but spaces
+    alice.fill("#changes-note", "   ")
+    alice.click("button[value=changes]")
+
+    # then she is asked to say what, and the plan still waits for her
+    assert "Say what should change in the plan." in alice.inner_text("#plan-form")
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.WAITING_CONFIRMATION
+
+    # when she says what
+    alice.fill("#changes-note", "Actually I need size 45")
+    alice.click("button[value=changes]")
+    alice.wait_for_selector(".messages")
+
+    # then her page shows her request back, and sam's page of the plan shows it to him
+    assert "Actually I need size 45" in alice.inner_text("#changes-requested")
+    sam = signed_in("sam")
+    sam.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
+    screenshot(sam, "plan-changes-requested-supervisor")
+    request = sam.inner_text("#changes-requested")
+    assert request.startswith("alice asked for changes to version 1")
+    assert "“Actually I need size 45”" in request

@@ -2,7 +2,16 @@ from django.db.models import QuerySet
 
 from agentportal.principals import Principal
 from agentportal.selectors import merchants_supervised_by
-from approvals.models import Approval, Order, StockLevel, Ticket
+from approvals.models import (
+    TICKET_OPEN_STATUSES,
+    Approval,
+    ApprovalStatus,
+    Order,
+    StockLevel,
+    Ticket,
+    TicketStatus,
+)
+from runs.models import FINISHED_STATUSES
 
 
 def order_for_customer(*, merchant_id: int, customer_id: int, number: str) -> Order | None:
@@ -77,3 +86,34 @@ def ticket_for_user(*, user, ticket_id) -> Ticket | None:
         )
         .first()
     )
+
+
+def waits_of_conversation(*, conversation) -> list[str]:
+    """What the conversation's unfinished runs wait for from people, in the customer's words
+    ("Your refund of 20.00 for ORD-1003 is waiting for a supervisor."): what starting over
+    would cancel."""
+    open_runs = conversation.runs.exclude(status__in=FINISHED_STATUSES).values("pk")
+    waits = []
+    for approval in Approval.objects.filter(
+        run__in=open_runs, status=ApprovalStatus.PENDING_APPROVAL
+    ).order_by("created_at"):
+        arguments = approval.proposed_args
+        if approval.tool_name == "issue_refund":
+            waits.append(
+                f"Your refund of {arguments.get('amount')} for {arguments.get('order_id')} "
+                "is waiting for a supervisor."
+            )
+        else:
+            waits.append("A request of yours is waiting for a supervisor.")
+    for ticket in (
+        Ticket.objects.filter(run__in=open_runs, status__in=TICKET_OPEN_STATUSES)
+        .select_related("order")
+        .order_by("created_at")
+    ):
+        who = (
+            "for you to confirm"
+            if ticket.status == TicketStatus.WAITING_CONFIRMATION
+            else "for a supervisor"
+        )
+        waits.append(f"Your exchange plan for {ticket.order.number} is waiting {who}.")
+    return waits

@@ -322,6 +322,8 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
 
 class ChatForm(forms.Form):
     text = forms.CharField(max_length=4000, strip=True)
+    # The customer was told what starting over cancels, and starts over anyway.
+    confirmed = forms.BooleanField(required=False)
 
 
 def _chat_principal(request) -> Principal:
@@ -362,6 +364,10 @@ def chat_page(request):
     if request.method == "POST" and form.is_valid():
         text = form.cleaned_data["text"]
         try:
+            cancelled = _cancelled_by(conversation, text)
+            if cancelled and not form.cleaned_data["confirmed"]:
+                context = {**_chat_context(conversation), "form": form, "cancels": cancelled}
+                return render(request, "portal/chat.html", context)
             executed = commands.command_execute(
                 conversation=conversation, principal=principal, text=text
             )
@@ -374,6 +380,15 @@ def chat_page(request):
         except DomainError as error:
             form.add_error("text", error.detail)
     return render(request, "portal/chat.html", {**_chat_context(conversation), "form": form})
+
+
+def _cancelled_by(conversation: Conversation, text: str) -> list[str]:
+    """What sending `text` would cancel that waits on people: /new ends the conversation and
+    its runs, a refund or a plan waiting for a supervisor with them."""
+    parsed = commands.command_parse(text)
+    if parsed is None or parsed[0].name != "/new":
+        return []
+    return selectors.waits_of_conversation(conversation=conversation)
 
 
 @never_cache

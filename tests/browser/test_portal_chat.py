@@ -2,6 +2,7 @@
 
 import pytest
 
+from approvals.models import Approval, ApprovalStatus
 from runs import worker
 from runs.models import AgentRun, Conversation, RunStatus
 from tests.browser.conftest import screenshot
@@ -81,3 +82,40 @@ def test_stopping_a_refund_that_waits_tells_the_customer_nothing_was_done(
     assert "Nothing was done" in notice.inner_text()
     assert "stopped" in notice.inner_text()
     screenshot(alice, "chat-stopped-refund-phone")
+
+
+def test_new_warns_before_cancelling_a_refund_that_waits_for_a_supervisor(
+    demo, signed_in, live_server
+):
+    # given alice's refund waits for a supervisor
+    alice = signed_in("alice")
+    alice.set_viewport_size({"width": 390, "height": 844})
+    alice.goto(f"{live_server.url}/portal/chat/")
+    _send(alice, "I want a refund for ORD-1003 amount 20")
+    worker.tick()
+    alice.wait_for_selector("text=waiting for a supervisor", timeout=10000)
+    approval = Approval.objects.get()
+
+    # when she sends /new
+    _send(alice, "/new")
+
+    # then she is told what it would cancel, and nothing is cancelled yet
+    warning = alice.inner_text("#confirm-new")
+    screenshot(alice, "chat-new-warning-phone")
+    assert "Your refund of 20.00 for ORD-1003 is waiting for a supervisor." in warning
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+
+    # when she keeps waiting, then nothing changed
+    alice.click("#confirm-new a")
+    assert alice.locator("#confirm-new").count() == 0
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+
+    # when she sends /new again and confirms, then the refund is cancelled and she starts over
+    _send(alice, "/new")
+    alice.click("#confirm-new button")
+    assert "Started a new conversation." in alice.inner_text(".messages")
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.CANCELLED
+    assert AgentRun.objects.get(pk=approval.run_id).status == RunStatus.CANCELLED

@@ -1,12 +1,13 @@
 """The portal's pages: the supervisor's inbox and the page of one pending call."""
 
+import hashlib
 import itertools
 import json
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -394,9 +395,13 @@ def _cancelled_by(conversation: Conversation, text: str) -> list[str]:
 @never_cache
 @login_required
 def chat_messages(request):
-    """The chat's live part, polled by htmx."""
+    """The chat's live part, polled by htmx with the digest of what the page shows: 204
+    while that is still what it would show."""
     conversation = _chat_conversation(_chat_principal(request), create=False)
-    return render(request, "portal/_chat_messages.html", _chat_context(conversation))
+    context = _chat_context(conversation)
+    if request.GET.get("seen") == context["digest"]:
+        return HttpResponse(status=204)
+    return render(request, "portal/_chat_messages.html", context)
 
 
 def _chat_context(conversation: Conversation | None) -> dict:
@@ -413,7 +418,17 @@ def _chat_context(conversation: Conversation | None) -> dict:
     )
     for row in rows:
         row.notices = notices.get(row.run_id, [])
-    return {"conversation": conversation, "rows": rows}
+    return {"conversation": conversation, "rows": rows, "digest": _chat_digest(conversation, rows)}
+
+
+def _chat_digest(conversation: Conversation | None, rows) -> str:
+    """What the chat shows, in a few characters: its messages' and their runs' states."""
+    state = [str(conversation.pk) if conversation else ""]
+    for row in rows:
+        state.append(f"{row.pk}:{row.status}:{row.run_id}")
+        if row.run is not None:
+            state.append(f"{row.run.status}:{row.run.version}:{row.run.last_event_seq}")
+    return hashlib.sha256("|".join(state).encode()).hexdigest()[:16]
 
 
 def _command_message(name: str, result: dict) -> str:

@@ -119,3 +119,36 @@ def test_new_warns_before_cancelling_a_refund_that_waits_for_a_supervisor(
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.CANCELLED
     assert AgentRun.objects.get(pk=approval.run_id).status == RunStatus.CANCELLED
+
+
+def test_the_chat_is_left_alone_while_nothing_changes(demo, signed_in, live_server):
+    # given alice's chat with an answer in it, and a word of it selected to copy
+    alice = signed_in("alice")
+    alice.goto(f"{live_server.url}/portal/chat/")
+    _send(alice, "What is the status of order ORD-1001?")
+    worker.tick()
+    alice.wait_for_selector(".answer", timeout=10000)
+    swapped = []
+    alice.on(
+        "response", lambda r: "chat/messages" in r.url and r.status == 200 and swapped.append(r)
+    )
+    alice.evaluate(
+        """() => {
+            document.activeElement.blur();
+            const range = document.createRange();
+            range.selectNodeContents(document.querySelector('.answer'));
+            window.getSelection().removeAllRanges();
+            window.getSelection().addRange(range);
+        }"""
+    )
+    selected = alice.evaluate("() => window.getSelection().toString()")
+    assert "ORD-1001" in selected
+
+    # when three seconds pass with nothing new
+    alice.wait_for_timeout(3000)
+
+    # then the list was not redrawn: the selection is still there, and new messages will be
+    # announced politely to screen readers
+    assert swapped == []
+    assert alice.evaluate("() => window.getSelection().toString()") == selected
+    assert alice.get_attribute("#chat-messages", "aria-live") == "polite"

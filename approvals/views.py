@@ -19,6 +19,7 @@ from agentportal.errors import DomainError
 from agentportal.models import Membership, Role
 from agentportal.principals import Principal
 from approvals import plans, selectors, services
+from approvals.forms import ArgumentsForm, DecisionForm
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
@@ -32,35 +33,6 @@ from runs import commands, conversations
 from runs import selectors as run_selectors
 from runs.models import AgentRun, Conversation, ConversationStatus
 from runs.tools import TOOLS
-
-
-class DecisionForm(forms.Form):
-    action = forms.ChoiceField(
-        choices=[
-            ("approve", "approve"),
-            ("preview", "preview"),
-            ("revise", "revise"),
-            ("reject", "reject"),
-        ]
-    )
-    # Text, parsed in clean(): a JSON error is then said where it is, and the text kept.
-    tool_args = forms.CharField(required=False)
-    reason = forms.CharField(required=False, max_length=2000, strip=True)
-
-    def clean(self):
-        cleaned = super().clean()
-        text = (cleaned.get("tool_args") or "").strip()
-        cleaned["tool_args"] = None
-        if cleaned.get("action") in ("preview", "revise") and text:
-            try:
-                cleaned["tool_args"] = json.loads(text)
-            except json.JSONDecodeError as error:
-                self.add_error(
-                    "tool_args",
-                    f"This is not valid JSON: {error.msg.lower()} at line {error.lineno}, "
-                    f"column {error.colno}.",
-                )
-        return cleaned
 
 
 @never_cache
@@ -121,13 +93,28 @@ def approval_page(request, interrupt_id: str):
     )
     if approval is None:
         raise Http404("No such call in your shops.")
-    form = DecisionForm(request.POST or None, initial={"tool_args": approval.proposed_args})
+    form = DecisionForm(request.POST or None)
+    tool = TOOLS.get(approval.tool_name)
+    typed = (
+        ArgumentsForm(
+            tool.args_model,
+            approval.proposed_args,
+            request.POST if ArgumentsForm.submitted(request.POST) else None,
+        )
+        if tool
+        else None
+    )
     diff = None
     if request.method == "POST" and form.is_valid():
         action = form.cleaned_data["action"]
         tool_args = form.cleaned_data["tool_args"]
+        edited = action in ("preview", Decision.REVISE)
+        if edited and typed is not None and typed.is_bound:
+            tool_args = typed.arguments() if typed.is_valid() else None
         try:
-            if action == "preview":
+            if edited and tool_args is None and typed is not None and typed.errors:
+                pass  # each error is said beside its field
+            elif action == "preview":
                 diff = _diff(approval, _validated(approval, tool_args))
             else:
                 services.approval_decide_as_user(
@@ -140,7 +127,7 @@ def approval_page(request, interrupt_id: str):
                 messages.success(request, _done_message(action))
                 return redirect("portal-approval", interrupt_id=interrupt_id)
         except DomainError as error:
-            _explain(request, form, error)
+            _explain(request, form, error, typed if typed is not None and typed.is_bound else None)
         approval.refresh_from_db()
     return render(
         request,
@@ -148,7 +135,11 @@ def approval_page(request, interrupt_id: str):
         {
             "approval": approval,
             "form": form,
+            "typed": typed,
             "diff": diff,
+            # The revise button goes with the form the changes were reviewed in.
+            "reviewed_in": "typed-form" if typed is not None and typed.is_bound else "json-form",
+            "json_open": typed is None or "tool_args" in request.POST,
             "proposed": json.dumps(approval.proposed_args, indent=2),
             "editable": _editable(request, form, approval, diff),
             "events": approval.run.events.order_by("seq"),
@@ -160,7 +151,7 @@ def approval_page(request, interrupt_id: str):
 def _editable(request, form: DecisionForm, approval: Approval, diff) -> str:
     """The arguments' text in the editor: what the supervisor sent, kept as typed (an error
     must not lose an edit), or as reviewed once valid; else the proposed ones."""
-    if diff:
+    if diff and form.cleaned_data["tool_args"] is not None:
         return json.dumps(form.cleaned_data["tool_args"], indent=2)
     if request.method == "POST" and "tool_args" in request.POST:
         return request.POST["tool_args"]
@@ -198,9 +189,11 @@ def _done_message(action: str) -> str:
     }[action]
 
 
-def _explain(request, form: DecisionForm, refusal: DomainError) -> None:
+def _explain(
+    request, form: DecisionForm, refusal: DomainError, typed: ArgumentsForm | None = None
+) -> None:
     """Someone else deciding first, or the call expiring, is news for the page, not an
-    error page."""
+    error page. An argument's error goes beside its field (or the JSON editor)."""
     if isinstance(refusal, errors.AlreadyDecided):
         when = refusal.context.get("decided_at", "")[:16].replace("T", " ")
         messages.warning(
@@ -216,7 +209,9 @@ def _explain(request, form: DecisionForm, refusal: DomainError) -> None:
         # An argument's error goes beside the editor, named as the arguments name it.
         for error in refusal.errors:
             field, _, argument = error["field"].partition(".")
-            if field == "tool_args":
+            if field == "tool_args" and typed is not None and argument in typed.fields:
+                typed.add_error(argument, error["message"])
+            elif field == "tool_args":
                 form.add_error("tool_args", f"{argument or 'arguments'}: {error['message']}")
             else:
                 form.add_error(None, f"{error['field']}: {error['message']}")

@@ -1,5 +1,7 @@
 """A supervisor decides a pending refund in the portal, in a real browser."""
 
+from decimal import Decimal
+
 import pytest
 from django.contrib.auth.models import User
 from django.core import mail
@@ -37,9 +39,10 @@ def test_supervisor_revises_a_refund_and_a_colleague_learns_it_was_decided(demo,
     sue.goto(sam.url)
     assert "ORD-1003" in sam.inner_text("#proposed-args")
 
-    # when: sam edits the amount, reviews the diff, and approves the revision
+    # when: sam edits the amount as JSON, reviews the diff, and approves the revision
+    sam.click("#json-editor summary")
     sam.fill("#tool-args", '{"order_id": "ORD-1003", "amount": "12.50", "reason": "partial"}')
-    sam.click("button[value=preview]")
+    sam.click("#json-form button[value=preview]")
     changed = sam.locator("#diff tr.changed")
     assert changed.count() == 2
     assert "12.50" in changed.first.inner_text()
@@ -63,22 +66,43 @@ def test_supervisor_revises_a_refund_and_a_colleague_learns_it_was_decided(demo,
     assert approval.approved_args["amount"] == "12.50"
 
 
-def test_invalid_revision_is_an_error_beside_the_editor_and_keeps_the_edit(demo, signed_in):
-    # given a pending refund open on the approval page
+def test_a_revision_in_the_typed_form_keeps_every_edit_on_error_then_runs_as_revised(
+    demo, signed_in
+):
+    # given a pending refund of 20.00 open on the approval page
     approval = _pending(demo)
     sam = signed_in("sam")
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
+    assert sam.input_value("#id_arg-amount") == "20.00"
 
-    # when sam reviews an amount the tool refuses
-    edit = '{"order_id": "ORD-1003", "amount": "-3", "reason": "x"}'
-    sam.fill("#tool-args", edit)
-    sam.click("button[value=preview]")
+    # when sam changes the reason and gives an amount the tool refuses
+    sam.fill("#id_arg-amount", "-3")
+    sam.fill("#id_arg-reason", "only one shoe came back")
+    sam.click("#typed-form button[value=preview]")
 
-    # then the error names the argument beside the editor, and his edit is still there
-    assert sam.inner_text("#tool-args-errors").startswith("amount: ")
-    assert sam.input_value("#tool-args") == edit
+    # then the error is beside the amount, and both his edits are still in their fields
+    screenshot(sam, "approval-typed-error")
+    assert "greater than 0" in sam.inner_text("#id_arg-amount-errors")
+    assert sam.get_attribute("#id_arg-amount", "aria-invalid") == "true"
+    assert sam.input_value("#id_arg-amount") == "-3"
+    assert sam.input_value("#id_arg-reason") == "only one shoe came back"
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING_APPROVAL
+
+    # when he corrects the amount, reviews the change and approves the revised call
+    sam.fill("#id_arg-amount", "12.50")
+    sam.click("#typed-form button[value=preview]")
+    assert [row.split("\t")[0] for row in sam.locator("#diff tr.changed").all_inner_texts()] == [
+        "amount",
+        "reason",
+    ]
+    sam.click("button[value=revise]")
+    assert "Approved with your changes" in sam.inner_text(".messages")
+
+    # then the refund paid is the revised one
+    worker.tick()
+    refund = Refund.objects.get()
+    assert (refund.amount, refund.order.number) == (Decimal("12.50"), "ORD-1003")
 
 
 def test_a_json_mistake_in_a_revision_is_said_where_it_is_and_the_edit_kept(demo, signed_in):
@@ -89,8 +113,9 @@ def test_a_json_mistake_in_a_revision_is_said_where_it_is_and_the_edit_kept(demo
 
     # when sam's edit has a trailing comma
     edit = '{"order_id": "ORD-1003", "amount": "12.50",}'
+    sam.click("#json-editor summary")
     sam.fill("#tool-args", edit)
-    sam.click("button[value=preview]")
+    sam.click("#json-form button[value=preview]")
 
     # then he is told where, his text is kept, and nothing was decided
     screenshot(sam, "approval-json-mistake")

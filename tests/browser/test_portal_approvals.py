@@ -200,3 +200,16 @@ def test_the_email_link_opens_the_call_and_reads_as_words(demo, signed_in, live_
     assert "ORD-1003" in sam.inner_text("#proposed-args")
     assert "  order id: ORD-1003" in email.body.splitlines()
     assert "{" not in email.body
+
+
+def test_a_page_that_does_not_exist_says_so_in_the_portals_own_page(demo, signed_in, live_server):
+    # when sam opens a call that does not exist
+    sam = signed_in("sam")
+    response = sam.goto(f"{live_server.url}/portal/approvals/int-doesnotexist/")
+
+    # then he gets the portal's page saying so, with a way back
+    assert response.status == 404
+    assert sam.title() == "Page not found · Agent Portal"
+    assert sam.inner_text("h1") == "We could not find that page"
+    sam.click("text=Go to your start page")
+    assert sam.url == f"{live_server.url}/portal/"

@@ -104,30 +104,30 @@ def approval_page(request, interrupt_id: str):
         if tool
         else None
     )
+    typed_used = typed is not None and typed.is_bound
     diff = None
     if request.method == "POST" and form.is_valid():
         action = form.cleaned_data["action"]
         tool_args = form.cleaned_data["tool_args"]
-        edited = action in ("preview", Decision.REVISE)
-        if edited and typed is not None and typed.is_bound:
+        if typed_used and action in ("preview", Decision.REVISE):
             tool_args = typed.arguments() if typed.is_valid() else None
-        try:
-            if edited and tool_args is None and typed is not None and typed.errors:
-                pass  # each error is said beside its field
-            elif action == "preview":
-                diff = _diff(approval, _validated(approval, tool_args))
-            else:
-                services.approval_decide_as_user(
-                    approval=approval,
-                    user=request.user,
-                    decision=action,
-                    tool_args=tool_args if action == Decision.REVISE else None,
-                    reason=form.cleaned_data["reason"],
-                )
-                messages.success(request, _done_message(action))
-                return redirect("portal-approval", interrupt_id=interrupt_id)
-        except DomainError as error:
-            _explain(request, form, error, typed if typed is not None and typed.is_bound else None)
+        # An argument the typed form could not read is said beside its field already.
+        if not (typed_used and typed.errors):
+            try:
+                if action == "preview":
+                    diff = _diff(approval, _validated(approval, tool_args))
+                else:
+                    services.approval_decide_as_user(
+                        approval=approval,
+                        user=request.user,
+                        decision=action,
+                        tool_args=tool_args if action == Decision.REVISE else None,
+                        reason=form.cleaned_data["reason"],
+                    )
+                    messages.success(request, _done_message(action))
+                    return redirect("portal-approval", interrupt_id=interrupt_id)
+            except DomainError as error:
+                _explain(request, form, error, typed if typed_used else None)
         approval.refresh_from_db()
     return render(
         request,
@@ -138,7 +138,7 @@ def approval_page(request, interrupt_id: str):
             "typed": typed,
             "diff": diff,
             # The revise button goes with the form the changes were reviewed in.
-            "reviewed_in": "typed-form" if typed is not None and typed.is_bound else "json-form",
+            "reviewed_in": "typed-form" if typed_used else "json-form",
             "json_open": typed is None or "tool_args" in request.POST,
             "proposed": json.dumps(approval.proposed_args, indent=2),
             "editable": _editable(request, form, approval, diff),

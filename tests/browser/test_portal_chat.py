@@ -15,6 +15,17 @@ def _send(page, text: str) -> None:
     page.click("#chat-form button[type=submit]")
 
 
+def _refund_waiting(signed_in, live_server):
+    """alice's chat on a phone, her refund of 20.00 for ORD-1003 waiting for a supervisor."""
+    alice = signed_in("alice")
+    alice.set_viewport_size({"width": 390, "height": 844})
+    alice.goto(f"{live_server.url}/portal/chat/")
+    _send(alice, "I want a refund for ORD-1003 amount 20")
+    worker.tick()
+    alice.wait_for_selector("text=waiting for a supervisor", timeout=10000)
+    return alice
+
+
 def test_customer_chats_sees_the_answer_live_and_starts_over(demo, signed_in, live_server):
     alice = signed_in("alice")
     alice.goto(f"{live_server.url}/portal/chat/")
@@ -66,13 +77,8 @@ def test_opening_the_chat_writes_nothing(demo, signed_in, live_server):
 def test_stopping_a_refund_that_waits_tells_the_customer_nothing_was_done(
     demo, signed_in, live_server
 ):
-    # given alice's refund waits for a supervisor
-    alice = signed_in("alice")
-    alice.set_viewport_size({"width": 390, "height": 844})
-    alice.goto(f"{live_server.url}/portal/chat/")
-    _send(alice, "I want a refund for ORD-1003 amount 20")
-    worker.tick()
-    alice.wait_for_selector("text=waiting for a supervisor", timeout=10000)
+    # given alice's refund waits for a supervisor, her chat open on a phone
+    alice = _refund_waiting(signed_in, live_server)
 
     # when she stops it
     _send(alice, "/stop")
@@ -87,13 +93,8 @@ def test_stopping_a_refund_that_waits_tells_the_customer_nothing_was_done(
 def test_new_warns_before_cancelling_a_refund_that_waits_for_a_supervisor(
     demo, signed_in, live_server
 ):
-    # given alice's refund waits for a supervisor
-    alice = signed_in("alice")
-    alice.set_viewport_size({"width": 390, "height": 844})
-    alice.goto(f"{live_server.url}/portal/chat/")
-    _send(alice, "I want a refund for ORD-1003 amount 20")
-    worker.tick()
-    alice.wait_for_selector("text=waiting for a supervisor", timeout=10000)
+    # given alice's refund waits for a supervisor, her chat open on a phone
+    alice = _refund_waiting(signed_in, live_server)
     approval = Approval.objects.get()
 
     # when she sends /new

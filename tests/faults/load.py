@@ -3,25 +3,13 @@
 after another as fast as they go, and prints their ids as JSON."""
 
 import json
-from datetime import UTC, datetime
-from decimal import Decimal
 
 from django.contrib.auth.models import User
 
 from agentportal.models import Membership, Merchant, Role
-from approvals.models import Order, OrderStatus
-from runs import services
+from tests import factories
 
 CAPACITY = 16
-PLACED = datetime(2026, 11, 2, tzinfo=UTC)
-ITEM = {
-    "sku": "SHOE-TRAIL-42",
-    "name": "Trail running shoes",
-    "size": "42",
-    "quantity": 1,
-    "unit_price": "89.90",
-    "exchangeable": True,
-}
 
 
 def queue(count: int, first_order: int) -> None:
@@ -39,27 +27,11 @@ def queue(count: int, first_order: int) -> None:
             for n in numbers
         ]
     )
-    Order.objects.bulk_create(
-        [
-            Order(
-                merchant=shop,
-                number=f"ORD-{n}",
-                customer=customers[f"load-{n}"],
-                status=OrderStatus.DELIVERED,
-                items=[ITEM],
-                total=Decimal("89.90"),
-                placed_at=PLACED,
-                delivered_at=PLACED,
-            )
-            for n in numbers
-        ]
-    )
+    for n in numbers:
+        factories.order_create(merchant=shop, customer=customers[f"load-{n}"], number=f"ORD-{n}")
     ids = []
     for n in numbers:
-        run, _ = services.queue_run(
-            merchant=shop,
-            account=customers[f"load-{n}"],
-            messages=[{"role": "user", "content": f"What is the status of order ORD-{n}?"}],
-        )
+        message = f"What is the status of order ORD-{n}?"
+        run = factories.run_queue(customer=customers[f"load-{n}"], merchant=shop, message=message)
         ids.append(str(run.pk))
     print(json.dumps(ids))

@@ -14,7 +14,6 @@ CPU the web server used.
 import asyncio
 import os
 import queue
-import signal
 import threading
 import time
 import urllib.error
@@ -108,9 +107,7 @@ class StreamsScenario:
                     raise CommandError("the decided runs did not finish")
                 time.sleep(0.1)
         finally:
-            if portal.poll() is None:
-                portal.send_signal(signal.SIGTERM)
-                portal.wait(timeout=60)
+            self._stop_portal(portal)
         return {
             "streams": {
                 "held": streams,

@@ -22,13 +22,11 @@ one JSON object.
 
 import json
 import os
-import queue
 import random
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -48,7 +46,12 @@ from agentportal.services import api_key_create
 from approvals import plans
 from approvals import services as approval_services
 from approvals.management.commands._llm import LlmScenario
-from approvals.management.commands._measure import free_port, percentiles, post_json
+from approvals.management.commands._measure import (
+    free_port,
+    percentiles,
+    post_concurrently,
+    post_json,
+)
 from approvals.management.commands._streams import StreamsScenario
 from approvals.models import (
     Approval,
@@ -69,7 +72,6 @@ from runs.models import AgentRun, RunEvent, RunStatus
 BENCH_SHOP = "bench-shop"
 BENCH_SUPERVISOR = "bench-supervisor"
 RUNS_PER_ACCOUNT = 3  # the open-run limit per account
-DECISION_CLIENTS = 32
 MESSAGES = {
     "plain": "What is the status of order {order}?",
     "approval": "I want a refund for {order} amount 10",
@@ -419,7 +421,7 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
                 if time.monotonic() > ends or portal.poll() is not None:
                     raise CommandError(f"only {waiting.count()} of {runs} runs came to wait")
                 time.sleep(0.1)
-            decided = _post_concurrently(
+            decided = post_concurrently(
                 f"http://127.0.0.1:{port}/api/v1",
                 [
                     (key, f"/approvals/{interrupt_id}/decision", {"decision": "approve"})
@@ -435,9 +437,7 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
                     raise CommandError(f"{pending.count()} runs unfinished after decisions")
                 time.sleep(0.05)
         finally:
-            if portal.poll() is None:
-                portal.send_signal(signal.SIGTERM)
-                portal.wait(timeout=60)
+            self._stop_portal(portal)
         result = self._figures(merchant, runs)
         result["decisions"] = decided
         return result
@@ -478,7 +478,7 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
                 )
                 for ticket_id, customer_id in tickets.values_list("pk", "customer_id")
             ]
-            phases["confirm"] = _post_concurrently(base, confirmations)
+            phases["confirm"] = post_concurrently(base, confirmations)
             wait_until(
                 lambda: runs_of.filter(status=RunStatus.WAITING_APPROVAL).count() == runs,
                 "confirmations reconciled",
@@ -491,12 +491,10 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
                 )
                 for ticket_id in tickets.values_list("pk", flat=True)
             ]
-            phases["decide"] = _post_concurrently(base, decisions)
+            phases["decide"] = post_concurrently(base, decisions)
             wait_until(lambda: runs_of.filter(status__in=FINISHED).count() == runs, "runs finished")
         finally:
-            if portal.poll() is None:
-                portal.send_signal(signal.SIGTERM)
-                portal.wait(timeout=60)
+            self._stop_portal(portal)
         # _figures' rate is end to end here: from the first run's start to the last answer,
         # the people's confirmations and decisions included.
         result = self._figures(merchant, runs)
@@ -692,9 +690,7 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
                 while not AgentRun.objects.get(pk=waiting).is_finished:
                     time.sleep(0.01)
         finally:
-            if portal.poll() is None:
-                portal.send_signal(signal.SIGTERM)
-                portal.wait(timeout=60)
+            self._stop_portal(portal)
         return {
             "stops": {
                 "count": stops,
@@ -713,6 +709,11 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
             start_new_session=True,
         )
 
+    def _stop_portal(self, portal: subprocess.Popen) -> None:
+        if portal.poll() is None:
+            portal.send_signal(signal.SIGTERM)
+            portal.wait(timeout=60)
+
     def _stop_cluster(self, cluster: subprocess.Popen) -> None:
         if cluster.poll() is None:
             cluster.send_signal(signal.SIGTERM)
@@ -725,45 +726,3 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
 
 def _order_of(customer: User) -> str:
     return f"ORD-{500000 + int(customer.username.rsplit('-', 1)[1])}"
-
-
-def _post_concurrently(base: str, requests: list[tuple[str, str, dict]]) -> dict:
-    """POST every (key, path, body) from DECISION_CLIENTS threads; rate, latency, statuses."""
-    work: queue.Queue[tuple[str, str, dict]] = queue.Queue()
-    for request in requests:
-        work.put(request)
-    latencies: list[float] = []
-    statuses: list[int] = []
-    lock = threading.Lock()
-
-    def client() -> None:
-        while True:
-            try:
-                key, path, body = work.get_nowait()
-            except queue.Empty:
-                return
-            started = time.perf_counter()
-            try:
-                post_json(base, key, path, body)
-                status = 200
-            except urllib.error.HTTPError as error:
-                status = error.code
-            except OSError:
-                status = 0  # no answer at all: counted as an error
-            with lock:
-                latencies.append((time.perf_counter() - started) * 1000)
-                statuses.append(status)
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(DECISION_CLIENTS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
-    return {
-        "count": len(statuses),
-        "per_s": round(len(statuses) / wall, 1),
-        **{f"{name}_ms": value for name, value in percentiles(latencies).items()},
-        "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))},
-    }

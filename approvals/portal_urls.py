@@ -6,8 +6,12 @@ urlpatterns = [
     path("", views.portal_home, name="portal"),
     path("inbox/rows/", views.inbox_rows, name="portal-inbox-rows"),
     path("inbox/plans/", views.inbox_plans, name="portal-inbox-plans"),
+    path("inbox/live/", views.inbox_live, name="portal-inbox-live"),
     path("approvals/<str:interrupt_id>/", views.approval_page, name="portal-approval"),
+    path("approvals/<str:interrupt_id>/live/", views.approval_live, name="portal-approval-live"),
     path("tickets/<uuid:ticket_id>/", views.ticket_page, name="portal-ticket"),
+    path("tickets/<uuid:ticket_id>/live/", views.ticket_live, name="portal-ticket-live"),
     path("chat/", views.chat_page, name="portal-chat"),
     path("chat/messages/", views.chat_messages, name="portal-chat-messages"),
+    path("chat/live/", views.chat_live, name="portal-chat-live"),
 ]

@@ -1,5 +1,8 @@
+import hashlib
+
 from django.db.models import QuerySet
 
+from agentportal.models import Membership, Role
 from agentportal.principals import Principal
 from agentportal.selectors import merchants_supervised_by
 from approvals.models import (
@@ -11,7 +14,8 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
-from runs.models import FINISHED_STATUSES
+from runs import selectors as run_selectors
+from runs.models import FINISHED_STATUSES, Conversation, ConversationStatus
 
 
 def order_for_customer(*, merchant_id: int, customer_id: int, number: str) -> Order | None:
@@ -117,3 +121,39 @@ def waits_of_conversation(*, conversation) -> list[str]:
         )
         waits.append(f"Your exchange plan for {ticket.order.number} is waiting {who}.")
     return waits
+
+
+def chat_principal(*, user) -> Principal | None:
+    """A signed-in customer chatting: with the first shop where they are a customer now."""
+    membership = (
+        Membership.objects.select_related("merchant")
+        .filter(user=user, role=Role.CUSTOMER, active=True, merchant__active=True)
+        .order_by("pk")
+        .first()
+    )
+    if membership is None:
+        return None
+    return Principal(merchant=membership.merchant, role=Role.CUSTOMER, user=user)
+
+
+def chat_conversation(*, principal: Principal) -> Conversation | None:
+    """The customer's current conversation: the newest one still open."""
+    return (
+        run_selectors.conversations_visible_to(principal)
+        .exclude(status=ConversationStatus.CLOSED)
+        .order_by("-current_since", "-created_at")
+        .first()
+    )
+
+
+def chat_digest(*, conversation: Conversation | None) -> str:
+    """What the chat shows, in a few characters: its messages' and their runs' states."""
+    rows = (
+        run_selectors.conversation_messages(conversation).values_list(
+            "pk", "status", "run", "run__status", "run__version", "run__last_event_seq"
+        )
+        if conversation
+        else []
+    )
+    state = [str(conversation.pk) if conversation else "", *map(str, rows)]
+    return hashlib.sha256("|".join(state).encode()).hexdigest()[:16]

@@ -1,13 +1,14 @@
 """The portal's pages: the supervisor's inbox and the page of one pending call."""
 
-import hashlib
 import itertools
 import json
 
+from asgiref.sync import sync_to_async
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.db import connection
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -16,9 +17,8 @@ from django.views.decorators.http import require_http_methods
 from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
-from agentportal.models import Membership, Role
 from agentportal.principals import Principal
-from approvals import plans, selectors, services
+from approvals import live, plans, selectors, services
 from approvals.forms import ArgumentsForm, DecisionForm
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -31,7 +31,7 @@ from approvals.models import (
 )
 from runs import commands, conversations
 from runs import selectors as run_selectors
-from runs.models import AgentRun, Conversation, ConversationStatus
+from runs.models import AgentRun, Conversation
 from runs.tools import TOOLS
 
 
@@ -69,6 +69,8 @@ def inbox_plans(request):
 
 
 def _inbox_context(request) -> dict:
+    # Read before the rows: a change in between is then shown, and heard again.
+    seen = live.inbox_digest(request.user.pk)
     pending = selectors.approvals_for_supervisor(user=request.user).filter(
         status=ApprovalStatus.PENDING_APPROVAL
     )
@@ -79,6 +81,7 @@ def _inbox_context(request) -> dict:
         "pending": pending.order_by("expires_at")[:100],
         "plans": plans_waiting.order_by("updated_at")[:100],
         "now": timezone.now(),
+        "seen": seen,
     }
 
 
@@ -144,6 +147,7 @@ def approval_page(request, interrupt_id: str):
             "editable": _editable(request, form, approval, diff),
             "events": approval.run.events.order_by("seq"),
             "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
+            "seen": live.approval_digest(approval),
         },
     )
 
@@ -298,6 +302,7 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
     is_customer = ticket.customer_id == request.user.pk
     return {
         "ticket": ticket,
+        "seen": live.ticket_digest(ticket),
         "form": form,
         "proposals": ticket.proposals.order_by("-version"),
         "current": ticket.proposals.get(version=ticket.version),
@@ -323,26 +328,16 @@ class ChatForm(forms.Form):
 
 
 def _chat_principal(request) -> Principal:
-    membership = (
-        Membership.objects.select_related("merchant")
-        .filter(user=request.user, role=Role.CUSTOMER, active=True, merchant__active=True)
-        .order_by("pk")
-        .first()
-    )
-    if membership is None:
+    principal = selectors.chat_principal(user=request.user)
+    if principal is None:
         raise Http404("You are not a customer of any shop.")
-    return Principal(merchant=membership.merchant, role=Role.CUSTOMER, user=request.user)
+    return principal
 
 
 def _chat_conversation(principal: Principal, *, create: bool) -> Conversation | None:
-    """The customer's current conversation: the newest one still open; a new one is made
-    only when the customer writes (reading the page writes nothing)."""
-    current = (
-        run_selectors.conversations_visible_to(principal)
-        .exclude(status=ConversationStatus.CLOSED)
-        .order_by("-current_since", "-created_at")
-        .first()
-    )
+    """The customer's current conversation; a new one is made only when the customer writes
+    (reading the page writes nothing)."""
+    current = selectors.chat_conversation(principal=principal)
     if current is None and create:
         current = conversations.conversation_create(
             merchant=principal.merchant, customer=principal.user
@@ -400,6 +395,8 @@ def chat_messages(request):
 
 
 def _chat_context(conversation: Conversation | None) -> dict:
+    # Read before the rows: a change in between is then shown, and heard again.
+    digest = selectors.chat_digest(conversation=conversation)
     rows = (
         list(run_selectors.conversation_messages(conversation).select_related("run"))
         if conversation
@@ -413,17 +410,11 @@ def _chat_context(conversation: Conversation | None) -> dict:
     )
     for row in rows:
         row.notices = notices.get(row.run_id, [])
-    return {"conversation": conversation, "rows": rows, "digest": _chat_digest(conversation, rows)}
-
-
-def _chat_digest(conversation: Conversation | None, rows) -> str:
-    """What the chat shows, in a few characters: its messages' and their runs' states."""
-    state = [str(conversation.pk) if conversation else ""]
-    for row in rows:
-        state.append(f"{row.pk}:{row.status}:{row.run_id}")
-        if row.run is not None:
-            state.append(f"{row.run.status}:{row.run.version}:{row.run.last_event_seq}")
-    return hashlib.sha256("|".join(state).encode()).hexdigest()[:16]
+    return {
+        "conversation": conversation,
+        "rows": rows,
+        "digest": digest,
+    }
 
 
 def _command_message(name: str, result: dict) -> str:
@@ -440,3 +431,71 @@ def _command_message(name: str, result: dict) -> str:
         state = f"the agent is {run['status'].lower()}" if run else "the agent is idle"
         return f"Status: {state}; {result['pending_messages']} message(s) waiting."
     return f"{name} done."
+
+
+# --- live pages --------------------------------------------------------------------------------
+
+
+@never_cache
+async def approval_live(request, interrupt_id: str):
+    def topic_of(user) -> live.Topic | None:
+        found = selectors.approvals_for_supervisor(user=user).filter(interrupt_id=interrupt_id)
+        pk = found.values_list("pk", flat=True).first()
+        return live.Topic("approval", str(pk)) if pk else None
+
+    return await _page_stream(request, topic_of)
+
+
+@never_cache
+async def ticket_live(request, ticket_id):
+    def topic_of(user) -> live.Topic | None:
+        ticket = selectors.ticket_for_user(user=user, ticket_id=ticket_id)
+        return live.Topic("ticket", str(ticket.pk)) if ticket else None
+
+    return await _page_stream(request, topic_of)
+
+
+@never_cache
+async def chat_live(request):
+    def topic_of(user) -> live.Topic | None:
+        return live.Topic("chat", str(user.pk)) if selectors.chat_principal(user=user) else None
+
+    return await _page_stream(request, topic_of)
+
+
+@never_cache
+async def inbox_live(request):
+    def topic_of(user) -> live.Topic | None:
+        return live.Topic("inbox", str(user.pk)) if supervises_any(user) else None
+
+    return await _page_stream(request, topic_of)
+
+
+async def _page_stream(request, topic_of) -> HttpResponse:
+    """The page's stream of changes, for a signed-in person who may see the page."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return HttpResponse("Sign in to follow this page.", status=403, content_type="text/plain")
+    topic = await sync_to_async(_closing(topic_of))(user)
+    if topic is None:
+        raise Http404("Nothing to follow here.")
+    response = StreamingHttpResponse(
+        live.page_stream(
+            topic, user_id=user.pk, username=user.get_username(), seen=request.GET.get("seen", "")
+        ),
+        content_type="text/event-stream",
+    )
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _closing(read):
+    """`read`, giving its database connection back: a stream holds none while it waits."""
+
+    def closing(*args):
+        try:
+            return read(*args)
+        finally:
+            connection.close()
+
+    return closing

@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -229,3 +230,69 @@ def wait_for(predicate: Callable[[], bool], *, timeout: float = 60, interval: fl
             return
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+class AsgiLiveServer:
+    """The portal served as in production, by uvicorn under ASGI (so that the pages' streams
+    stream), in a thread of the test process: settings the test changes apply to it. Stands in
+    for pytest-django's `live_server`, whose WSGI server would buffer a stream whole."""
+
+    def __init__(self) -> None:
+        import uvicorn
+        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+        from django.core.asgi import get_asgi_application
+        from django.test.utils import modify_settings
+
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                ASGIStaticFilesHandler(get_asgi_application()),
+                host="127.0.0.1",
+                port=port,
+                log_level="warning",
+                lifespan="off",
+                # A stream still open when the tests end is cut, not waited for.
+                timeout_graceful_shutdown=1,
+            )
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        # pytest-django's helper turns this on for each test that uses the server.
+        self._live_server_modified_settings = modify_settings(ALLOWED_HOSTS={"append": "127.0.0.1"})
+
+    def start(self) -> None:
+        self.thread.start()
+        ends = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > ends or not self.thread.is_alive():
+                raise RuntimeError("the portal's ASGI server did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        if connection.vendor == "postgresql":
+            # The server's threads may still hold a connection each (a stream cut when the
+            # browser closed ends without request_finished); the test database must be
+            # dropped after this.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+
+
+@pytest.fixture(scope="session")
+def live_server(django_db_setup, django_db_blocker):
+    server = AsgiLiveServer()
+    with django_db_blocker.unblock():
+        # Each request's connection is closed when it ends, so that none outlives the test
+        # database (the server's threads are not the tests').
+        from django.db import connections
+
+        for database in connections.all():
+            database.settings_dict["CONN_MAX_AGE"] = 0
+    server.start()
+    yield server
+    with django_db_blocker.unblock():
+        server.stop()

@@ -30,12 +30,12 @@ def get(base: str, path: str, *, key: str = "", timeout: float = 40, **headers) 
         return Answer(error.code, _headers(error.headers), error.read().decode())
 
 
-def open_stream(base: str, path: str, *, key: str) -> http.client.HTTPResponse:
+def open_stream(base: str, path: str, *, key: str = "", **headers) -> http.client.HTTPResponse:
     """Start reading an event stream and keep it open: the status and headers are read, the
     body is left to the caller (close() ends it)."""
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
     parts = urlsplit(base)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-    connection.request(
-        "GET", path, headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"}
-    )
+    connection.request("GET", path, headers={"Accept": "text/event-stream", **headers})
     return connection.getresponse()

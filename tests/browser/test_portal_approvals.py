@@ -29,15 +29,19 @@ def test_signed_out_visitor_is_sent_to_the_login_form(browser, live_server):
     page.close()
 
 
-def test_supervisor_revises_a_refund_and_a_colleague_learns_it_was_decided(demo, signed_in):
+def test_a_colleague_sees_who_is_viewing_and_the_decision_arrive_without_a_reload(demo, signed_in):
     approval = _pending(demo)
     sam = signed_in("sam")
     sue = signed_in("sue")
 
-    # given: both supervisors have the call open
+    # given: both supervisors have the call open; each is told the other is looking
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
     sue.goto(sam.url)
+    sue.wait_for_selector("#viewers :text('sam is viewing')", timeout=5000)
+    sam.wait_for_selector("#viewers :text('sue is viewing')", timeout=5000)
     assert "ORD-1003" in sam.inner_text("#proposed-args")
+    screenshot(sue, "approval-colleague-viewing")
+    sue.evaluate("window.notReloaded = true")
 
     # when: sam edits the amount as JSON, reviews the diff, and approves the revision
     sam.click("#json-editor summary")
@@ -56,14 +60,14 @@ def test_supervisor_revises_a_refund_and_a_colleague_learns_it_was_decided(demo,
     assert approval.approved_args["amount"] == "12.50"
     assert approval.decided_by.username == "sam"
 
-    # when: sue, on her stale page, approves as proposed
-    sue.click("button[value=approve]")
-
-    # then: a clear message naming who decided, and nothing changed
-    assert "sam already decided this call" in sue.inner_text(".messages")
-    screenshot(sue, "approval-already-decided")
-    approval.refresh_from_db()
-    assert approval.approved_args["amount"] == "12.50"
+    # then: sue's page says who decided what within 2 s, offers no decision, and was not
+    # reloaded to do so
+    sue.wait_for_selector("#approval-status:text-matches('APPROVED')", timeout=2000)
+    assert "decided by sam (revise)" in sue.inner_text("#page")
+    assert sue.locator("button[value=approve]").count() == 0
+    assert sue.locator("#decision-form").count() == 0
+    assert sue.evaluate("window.notReloaded") is True
+    screenshot(sue, "approval-decided-by-colleague")
 
 
 def test_a_revision_in_the_typed_form_keeps_every_edit_on_error_then_runs_as_revised(
@@ -142,9 +146,16 @@ def test_reject_needs_a_reason_and_then_rejects(demo, signed_in):
     assert (approval.status, approval.reason) == (ApprovalStatus.REJECTED, "bought too long ago")
 
 
-def test_inbox_shows_new_calls_without_a_reload(demo, signed_in):
+def test_inbox_asks_for_nothing_while_idle_and_shows_new_calls_without_a_reload(demo, signed_in):
     sam = signed_in("sam")
     assert "Nothing waits" in sam.inner_text("#inbox-rows")
+
+    # when five seconds pass with nothing new, the page asks for nothing: its stream is open
+    sam.wait_for_timeout(500)
+    requests = []
+    sam.on("request", lambda request: requests.append(request))
+    sam.wait_for_timeout(5000)
+    assert [request.url for request in requests] == []
 
     approval = _pending(demo, "refund ORD-1004 amount 15")
 

@@ -89,6 +89,7 @@ def test_enter_in_the_supervisors_rejection_note_rejects(demo, signed_in, live_s
     sam = signed_in("sam")
     sam.set_viewport_size({"width": 390, "height": 844})
     sam.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
+    sam.wait_for_selector("#viewers :text('alice is viewing')", timeout=5000)
     screenshot(sam, "plan-review-phone")
 
     # when sam writes why he rejects it and presses Enter in that field
@@ -101,6 +102,11 @@ def test_enter_in_the_supervisors_rejection_note_rejects(demo, signed_in, live_s
     assert ticket.status == TicketStatus.REJECTED
     assert PlanReview.objects.get(ticket=ticket).note == "size 43 is sold out"
     screenshot(sam, "plan-rejected-by-enter")
+
+    # then alice's open page says so without a reload, and no longer offers to confirm
+    alice.wait_for_selector("#plan-review:has-text('size 43 is sold out')", timeout=3000)
+    assert "Rejected by sam" in alice.inner_text("#plan-review")
+    assert alice.locator("#plan-form").count() == 0
 
 
 def test_a_change_request_must_say_what_and_both_pages_show_it(demo, signed_in, live_server):

@@ -1,0 +1,147 @@
+"""Live pages: what a page's stream hears (its page changed, who else is viewing it), and who
+may follow a page."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from approvals import live, services
+from approvals.models import Approval
+from runs import conversations, worker
+from tests import factories
+from tests.http import open_stream
+
+
+def _pending(demo) -> Approval:
+    alice = User.objects.get(username="alice")
+    factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1003 amount 20")
+    worker.tick()
+    return Approval.objects.get()
+
+
+def _state(topic: live.Topic) -> live.PageState:
+    return live.page_states([topic])[topic]
+
+
+def _user(username: str) -> User:
+    return User.objects.get(username=username)
+
+
+def _follow(live_server, username: str | None, path: str):
+    """Open a page's stream as `username` (signed in with a session cookie), or as nobody."""
+    headers = {}
+    if username:
+        client = Client()
+        client.force_login(_user(username))
+        headers["Cookie"] = f"sessionid={client.cookies['sessionid'].value}"
+    return open_stream(live_server.url, path, **headers)
+
+
+def _event(stream) -> str:
+    """The next event (or comment) of the stream, whole."""
+    lines = []
+    while (line := stream.readline().decode()) != "\n":
+        lines.append(line)
+    return "".join(lines)
+
+
+def test_a_calls_page_changes_when_the_call_is_decided(demo):
+    # given
+    approval = _pending(demo)
+    topic = live.Topic("approval", str(approval.pk))
+    before = _state(topic)
+    assert before.digest == live.approval_digest(approval)
+
+    # when
+    services.approval_decide_as_user(
+        approval=approval, user=_user("sam"), decision="reject", reason="not this one"
+    )
+
+    # then
+    assert _state(topic).digest != before.digest
+
+
+def test_the_viewers_of_a_call_are_its_shops_staff_who_say_they_are_there(demo):
+    approval = _pending(demo)
+    topic = live.Topic("approval", str(approval.pk))
+
+    # when sam, sue and a supervisor of another shop say they view the call
+    for username in ("sam", "sue", "oscar"):
+        live.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
+
+    # then only the shop's own are named; one who left is not
+    assert _state(topic).viewers == ("sam", "sue")
+    live.presence_clear(topic=topic, user_id=_user("sue").pk)
+    assert _state(topic).viewers == ("sam",)
+
+
+def test_the_inbox_changes_when_a_call_arrives_and_the_chat_when_the_customer_writes(demo):
+    inbox = live.Topic("inbox", str(_user("sam").pk))
+    chat = live.Topic("chat", str(_user("alice").pk))
+    before = live.page_states([inbox, chat])
+
+    # when alice writes in her chat, and the agent asks for a refund
+    conversation = conversations.conversation_create(merchant=demo, customer=_user("alice"))
+    conversations.message_send(conversation=conversation, text="refund ORD-1003 amount 20")
+    worker.tick()
+
+    # then
+    assert Approval.objects.count() == 1
+    after = live.page_states([inbox, chat])
+    assert after[inbox].digest != before[inbox].digest
+    assert after[chat].digest != before[chat].digest
+
+
+@pytest.mark.parametrize(
+    ("viewers", "expected"),
+    [
+        (["sam"], ""),
+        (["sam", "sue"], '<span class="viewing">sue is viewing</span>'),
+        (["bob", "sam", "sue"], '<span class="viewing">bob and sue are viewing</span>'),
+        (["a", "b", "sam", "<c>"], '<span class="viewing">a, b and &lt;c&gt; are viewing</span>'),
+    ],
+)
+def test_the_viewers_line_names_the_others(viewers, expected):
+    assert live.viewers_html(viewers, me="sam") == expected
+
+
+def test_the_stream_names_a_colleague_who_arrives_then_says_the_call_changed(demo, live_server):
+    # given sam follows the call's page as he was shown it
+    approval = _pending(demo)
+    topic = live.Topic("approval", str(approval.pk))
+    seen = live.approval_digest(approval)
+    stream = _follow(
+        live_server, "sam", f"/portal/approvals/{approval.interrupt_id}/live/?seen={seen}"
+    )
+    assert stream.status == 200
+    assert stream.getheader("Content-Type") == "text/event-stream"
+    assert _event(stream) == "retry: 2000\n"
+
+    # when sue opens it too, then decides it
+    live.presence_mark(topic=topic, user_id=_user("sue").pk, username="sue")
+    arrived = _event(stream)
+    services.approval_decide_as_user(
+        approval=approval, user=_user("sue"), decision="approve", reason=""
+    )
+    decided = _event(stream)
+    stream.close()
+
+    # then sam heard each, in that order
+    assert arrived == 'event: viewers\ndata: <span class="viewing">sue is viewing</span>\n'
+    assert decided.startswith("event: changed\n")
+
+
+def test_only_the_people_who_may_see_a_page_may_follow_it(demo, live_server):
+    approval = _pending(demo)
+    call = f"/portal/approvals/{approval.interrupt_id}/live/"
+    no_plan = "/portal/tickets/00000000-0000-0000-0000-000000000000/live/"
+    for username, path, status in [
+        (None, call, 403),
+        ("oscar", call, 404),
+        ("sam", no_plan, 404),
+        ("sam", "/portal/chat/live/", 404),
+        ("alice", "/portal/inbox/live/", 404),
+    ]:
+        stream = _follow(live_server, username, path)
+        assert (username, path, stream.status) == (username, path, status)
+        stream.close()

@@ -7,6 +7,7 @@ from approvals.models import (
     Approval,
     ApprovalStatus,
     Order,
+    Refund,
     StockLevel,
     Ticket,
     TicketStatus,
@@ -46,6 +47,21 @@ def approvals_for_supervisor(*, user) -> QuerySet[Approval]:
     return Approval.objects.filter(merchant__in=merchants_supervised_by(user=user)).select_related(
         "merchant", "decided_by", "run__account"
     )
+
+
+def order_refunds(order: Order) -> QuerySet[Refund]:
+    """The refunds paid on an order: the ledger."""
+    return Refund.objects.filter(order=order).order_by("created_at", "pk")
+
+
+def order_refund_calls(order: Order) -> QuerySet[Approval]:
+    """Every refund the agent asked for on this order, whatever became of it."""
+    return Approval.objects.filter(
+        merchant_id=order.merchant_id,
+        run__account_id=order.customer_id,
+        tool_name="issue_refund",
+        proposed_args__order_id=order.number,
+    ).order_by("created_at", "pk")
 
 
 def tickets_visible_to(principal: Principal) -> QuerySet[Ticket]:

@@ -18,7 +18,7 @@ from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.models import Membership, Role
 from agentportal.principals import Principal
-from approvals import plans, selectors, services
+from approvals import decision_context, plans, selectors, services
 from approvals.forms import ArgumentsForm, DecisionForm
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -140,10 +140,10 @@ def approval_page(request, interrupt_id: str):
             # The revise button goes with the form the changes were reviewed in.
             "reviewed_in": "typed-form" if typed_used else "json-form",
             "json_open": typed is None or "tool_args" in request.POST,
-            "proposed": json.dumps(approval.proposed_args, indent=2),
             "editable": _editable(request, form, approval, diff),
             "events": approval.run.events.order_by("seq"),
             "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
+            **decision_context.approval_decision_context(approval),
         },
     )
 

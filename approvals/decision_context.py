@@ -1,11 +1,15 @@
 """What a supervisor needs to decide a call, in plain words: what the customer said, the
-order the call is about, what looks wrong with it."""
+order the call is about, what looks wrong with it; and the inbox's rows, readable."""
 
 import json
 import re
 from collections.abc import Iterable
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from approvals import selectors
 from approvals.models import Approval, ApprovalStatus, Order
@@ -219,3 +223,45 @@ def _earlier_refunds(order: Order, approval: Approval) -> tuple[list[dict], list
         )
     rows.sort(key=lambda row: row["at"])
     return rows, open_amounts
+
+
+# --- the inbox ---------------------------------------------------------------------------------
+
+# How many rows the inbox lists at once, of each kind.
+INBOX_ROWS = 100
+
+
+def inbox_context(*, user, sort: str | None) -> dict[str, Any]:
+    """The inbox's calls and plans for a supervisor: calls sorted by `sort` ("age", oldest
+    first, unless "amount", largest first), each with what its row shows."""
+    sort = sort if sort in selectors.INBOX_SORTS else "age"
+    pending = selectors.approvals_pending_for_supervisor(user=user, sort=sort)
+    calls = list(pending[:INBOX_ROWS])
+    orders = selectors.orders_named(calls)
+    for call in calls:
+        call.label = call_label(call.tool_name)
+        call.order_number = _order_number(call.proposed_args)
+        order = orders.get((call.merchant_id, call.run.account_id, call.order_number))
+        call.amount_shown = (
+            money(call.amount, order.currency if order else "") if call.amount is not None else ""
+        )
+    plans = list(selectors.tickets_waiting_for_supervisor(user=user)[:INBOX_ROWS])
+    now = timezone.now()
+    for call in calls:
+        call.waited = _waited(call.created_at, now)
+    for plan in plans:
+        plan.waited = _waited(plan.updated_at, now)
+    return {
+        "pending": calls,
+        "pending_count": len(calls) if len(calls) < INBOX_ROWS else pending.count(),
+        "sort": sort,
+        "plans": plans,
+        "now": now,
+    }
+
+
+def _waited(since, now) -> str:
+    """How long something has waited, as a person says it: "just now", "12 minutes ago"."""
+    if now - since < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(since, now)} ago"

@@ -9,7 +9,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
@@ -69,17 +68,7 @@ def inbox_plans(request):
 
 
 def _inbox_context(request) -> dict:
-    pending = selectors.approvals_for_supervisor(user=request.user).filter(
-        status=ApprovalStatus.PENDING_APPROVAL
-    )
-    plans_waiting = selectors.tickets_for_supervisor(user=request.user).filter(
-        status__in=[TicketStatus.WAITING_REVIEW, TicketStatus.NEEDS_REVISION]
-    )
-    return {
-        "pending": pending.order_by("expires_at")[:100],
-        "plans": plans_waiting.order_by("updated_at")[:100],
-        "now": timezone.now(),
-    }
+    return decision_context.inbox_context(user=request.user, sort=request.GET.get("sort"))
 
 
 @never_cache

@@ -1,17 +1,20 @@
-"""What a supervisor sees to decide a call: the warnings the domain computes, and the approval
-page's account of the order and the conversation."""
+"""What a supervisor sees to decide a call: the warnings the domain computes, the approval
+page's account of the order and the conversation, and the inbox's order."""
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from approvals.decision_context import numbers_written, refund_warnings
-from approvals.models import Approval, Order
+from approvals.models import Approval, Order, Proposal
 from runs import conversations, worker
 from tests import factories
+from tests.approvals.plan_helpers import command, exchange_run, ticket_of
 
 
 def _order(total: str, refunded: str = "0.00", number: str = "ORD-1004") -> Order:
@@ -221,3 +224,79 @@ def test_a_call_on_an_order_the_customer_does_not_have_warns(demo):
     page = _signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
 
     assert "ORD-2001 is not an order of this customer in this shop" in page.content.decode()
+
+
+# --- the inbox ---------------------------------------------------------------------------------
+
+
+def _rows(page) -> list[str]:
+    return re.findall(r'data-interrupt="([^"]+)"', page.content.decode())
+
+
+@pytest.fixture
+def three_refunds(demo) -> dict[str, Approval]:
+    """Refunds of 20.00 (the oldest), 99.00 (the newest) and 30.00, waiting for sam."""
+    refunds = {
+        "20": _pending(demo, "refund ORD-1003 amount 20"),
+        "99": _pending(demo, "refund ORD-2001 amount 99", customer="bob"),
+        "30": _pending(demo, "refund ORD-1004 amount 30"),
+    }
+    now = timezone.now()
+    for minutes_ago, amount in ((30, "20"), (5, "99"), (10, "30")):
+        Approval.objects.filter(pk=refunds[amount].pk).update(
+            created_at=now - timedelta(minutes=minutes_ago)
+        )
+    return refunds
+
+
+@pytest.mark.django_db
+def test_the_inbox_lists_the_oldest_call_first_and_counts_them(three_refunds):
+    sam = _signed_in("sam")
+
+    page = sam.get("/portal/")
+
+    text = re.sub(r"\s+", " ", page.content.decode())
+    ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
+    assert _rows(page) == [ids["20"], ids["30"], ids["99"]]
+    assert '<span class="count" id="pending-count">(3)</span>' in text
+    assert '<td data-label="Amount" class="amount">99.00 EUR</td>' in text
+    assert '<td data-label="Order">ORD-2001</td>' in text
+
+
+@pytest.mark.django_db
+def test_the_inbox_sorts_by_amount_and_its_refreshed_rows_keep_that_order(three_refunds):
+    sam = _signed_in("sam")
+    ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
+
+    page = sam.get("/portal/?sort=amount")
+    rows = sam.get("/portal/inbox/rows/?sort=amount")
+
+    assert _rows(page) == [ids["99"], ids["30"], ids["20"]]
+    assert 'hx-get="/portal/inbox/rows/?sort=amount"' in page.content.decode()
+    assert _rows(rows) == [ids["99"], ids["30"], ids["20"]]
+    # the heading's count comes with the rows, swapped in out of band
+    assert 'id="pending-count" hx-swap-oob="true">(3)<' in rows.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_unknown_sort_is_the_default_order(three_refunds):
+    ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
+
+    rows = _signed_in("sam").get("/portal/inbox/rows/?sort=nonsense")
+
+    assert _rows(rows) == [ids["20"], ids["30"], ids["99"]]
+
+
+@pytest.mark.django_db
+def test_a_plan_waiting_for_review_reads_as_its_exchange_in_the_inbox(demo, api):
+    # given alice confirmed the agent's plan to exchange her shoes
+    ticket = ticket_of(exchange_run(demo))
+    command(api("alice"), ticket, "confirm")
+
+    # when sam looks at his plans
+    rows = _signed_in("sam").get("/portal/inbox/plans/").content.decode()
+
+    # then the row says what is exchanged and how long it has waited
+    assert Proposal.objects.get(ticket=ticket).summary in rows
+    assert "confirmed, waiting for review" in rows
+    assert "just now" in rows

@@ -27,6 +27,7 @@ def test_a_refund_above_the_order_is_flagged_beside_the_order_and_what_was_said(
     # when sam opens the call from his inbox
     sam = signed_in("sam")
     sam.set_viewport_size(DESKTOP)
+    assert "200.00 EUR" in sam.inner_text(f"[data-interrupt='{approval.interrupt_id}']")
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
 
     # then the warning, the order's item and the money left are in view before the decision

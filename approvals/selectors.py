@@ -1,6 +1,8 @@
 import hashlib
 
-from django.db.models import QuerySet
+from django.db.models import Case, DecimalField, F, OuterRef, QuerySet, Subquery, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
 from agentportal.models import Membership, Role
 from agentportal.principals import Principal
@@ -10,6 +12,8 @@ from approvals.models import (
     Approval,
     ApprovalStatus,
     Order,
+    Proposal,
+    Refund,
     StockLevel,
     Ticket,
     TicketStatus,
@@ -52,6 +56,70 @@ def approvals_for_supervisor(*, user) -> QuerySet[Approval]:
     )
 
 
+INBOX_SORTS = {
+    # Oldest first: the call waiting longest is the customer waiting longest.
+    "age": ("created_at", "pk"),
+    "amount": (F("amount").desc(nulls_last=True), "created_at", "pk"),
+}
+
+
+def approvals_pending_for_supervisor(*, user, sort: str = "age") -> QuerySet[Approval]:
+    """The calls waiting for this supervisor's decision, with the refund's amount as a number
+    (`amount`, None for other calls) to sort by: `sort` is one of INBOX_SORTS."""
+    return (
+        approvals_for_supervisor(user=user)
+        .filter(status=ApprovalStatus.PENDING_APPROVAL)
+        .annotate(
+            # Only a refund's amount is money; its tool's schema made it a decimal string.
+            amount=Case(
+                When(
+                    tool_name="issue_refund",
+                    then=Cast(
+                        KT("proposed_args__amount"),
+                        DecimalField(max_digits=12, decimal_places=2),
+                    ),
+                ),
+                default=None,
+                output_field=DecimalField(max_digits=12, decimal_places=2),
+            )
+        )
+        .order_by(*INBOX_SORTS[sort])
+    )
+
+
+def orders_named(approvals) -> dict[tuple[int, int, str], Order]:
+    """The orders these calls name in their `order_id`, by (shop, customer, number): those
+    of the call's own customer only, as the tools see them. One query."""
+    wanted = {
+        (a.merchant_id, a.run.account_id, str(a.proposed_args.get("order_id", "")).upper())
+        for a in approvals
+        if a.proposed_args.get("order_id")
+    }
+    if not wanted:
+        return {}
+    orders = Order.objects.filter(
+        merchant_id__in={shop for shop, _, _ in wanted},
+        number__in={number for _, _, number in wanted},
+    )
+    found = {(o.merchant_id, o.customer_id, o.number): o for o in orders}
+    return {key: found[key] for key in wanted if key in found}
+
+
+def order_refunds(order: Order) -> QuerySet[Refund]:
+    """The refunds paid on an order: the ledger."""
+    return Refund.objects.filter(order=order).order_by("created_at", "pk")
+
+
+def order_refund_calls(order: Order) -> QuerySet[Approval]:
+    """Every refund the agent asked for on this order, whatever became of it."""
+    return Approval.objects.filter(
+        merchant_id=order.merchant_id,
+        run__account_id=order.customer_id,
+        tool_name="issue_refund",
+        proposed_args__order_id=order.number,
+    ).order_by("created_at", "pk")
+
+
 def tickets_visible_to(principal: Principal) -> QuerySet[Ticket]:
     """A customer sees their own plans; supervisors and service keys their shop's. With what
     the representation needs, in a constant number of queries for a page."""
@@ -71,6 +139,18 @@ def tickets_for_supervisor(*, user) -> QuerySet[Ticket]:
     """The plans a signed-in supervisor may see, across the shops they supervise now."""
     return Ticket.objects.filter(merchant__in=merchants_supervised_by(user=user)).select_related(
         "merchant", "order", "customer"
+    )
+
+
+def tickets_waiting_for_supervisor(*, user) -> QuerySet[Ticket]:
+    """The plans waiting for this supervisor (a review, or a new version), oldest change
+    first, with their current proposal's `summary`."""
+    current = Proposal.objects.filter(ticket=OuterRef("pk"), version=OuterRef("version"))
+    return (
+        tickets_for_supervisor(user=user)
+        .filter(status__in=[TicketStatus.WAITING_REVIEW, TicketStatus.NEEDS_REVISION])
+        .annotate(summary=Subquery(current.values("summary")[:1]))
+        .order_by("updated_at", "pk")
     )
 
 

@@ -86,6 +86,7 @@ def order_summary(order: Order) -> dict[str, Any]:
         "status": order.status,
         "items": order.items,
         "total": str(order.total),
+        "currency": order.currency,
         "refunded": str(order.refunded),
         "refundable": str(order.refundable),
         "placed_at": order.placed_at.isoformat(),

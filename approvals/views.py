@@ -10,7 +10,6 @@ from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
@@ -18,7 +17,7 @@ from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
-from approvals import live, plans, selectors, services
+from approvals import decision_context, live, plans, selectors, services
 from approvals.forms import ArgumentsForm, DecisionForm
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -71,18 +70,8 @@ def inbox_plans(request):
 def _inbox_context(request) -> dict:
     # Read before the rows: a change in between is then shown, and heard again.
     seen = live.inbox_digest(request.user.pk)
-    pending = selectors.approvals_for_supervisor(user=request.user).filter(
-        status=ApprovalStatus.PENDING_APPROVAL
-    )
-    plans_waiting = selectors.tickets_for_supervisor(user=request.user).filter(
-        status__in=[TicketStatus.WAITING_REVIEW, TicketStatus.NEEDS_REVISION]
-    )
-    return {
-        "pending": pending.order_by("expires_at")[:100],
-        "plans": plans_waiting.order_by("updated_at")[:100],
-        "now": timezone.now(),
-        "seen": seen,
-    }
+    context = decision_context.inbox_context(user=request.user, sort=request.GET.get("sort"))
+    return {**context, "seen": seen}
 
 
 @never_cache
@@ -143,11 +132,11 @@ def approval_page(request, interrupt_id: str):
             # The revise button goes with the form the changes were reviewed in.
             "reviewed_in": "typed-form" if typed_used else "json-form",
             "json_open": typed is None or "tool_args" in request.POST,
-            "proposed": json.dumps(approval.proposed_args, indent=2),
             "editable": _editable(request, form, approval, diff),
             "events": approval.run.events.order_by("seq"),
             "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
             "seen": live.approval_digest(approval),
+            **decision_context.approval_decision_context(approval),
         },
     )
 

@@ -2,6 +2,7 @@
 
 import re
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from runs.models import (
     AgentRun,
     Conversation,
     ConversationMessage,
+    MessageStatus,
     RunEvent,
     RunInput,
     RunStatus,
@@ -182,6 +184,60 @@ def conversation_messages(conversation: Conversation) -> QuerySet[ConversationMe
     return ConversationMessage.objects.filter(conversation=conversation).order_by(
         "created_at", "pk"
     )
+
+
+@dataclass(frozen=True)
+class TranscriptLine:
+    speaker: str  # "customer" or "assistant"
+    text: str
+    at: datetime
+    # Said of a customer's message that never reached the agent, or has not yet.
+    note: str = ""
+
+
+# The last lines of a long conversation are what a decision needs; older ones are left out.
+TRANSCRIPT_LINES = 60
+# What the assistant says to the customer: its answers and its questions.
+_SAID_BY_ASSISTANT = {"message.assistant": "text", "input.requested": "question"}
+_NOT_RUN = {
+    MessageStatus.CANCELLED: "never reached the assistant",
+    MessageStatus.QUEUED: "waiting its turn",
+    MessageStatus.HELD: "held while a person took over",
+}
+
+
+def run_transcript(run: AgentRun) -> list[TranscriptLine]:
+    """What the customer and the assistant said, oldest first: the whole conversation of a
+    run that belongs to one (every run of it), else the run's own messages and answers."""
+    if run.conversation_id is not None:
+        messages = ConversationMessage.objects.filter(conversation_id=run.conversation_id)
+        customer = [
+            TranscriptLine("customer", m.text, m.created_at, _NOT_RUN.get(m.status, ""))
+            for m in messages.order_by("-created_at", "-pk")[:TRANSCRIPT_LINES]
+        ]
+        events = RunEvent.objects.filter(run__conversation_id=run.conversation_id)
+    else:
+        # A run started alone: its first messages came with it; answers are its inputs.
+        customer = [
+            TranscriptLine("customer", str(m.get("content", "")), run.created_at)
+            for m in run.messages
+            if m.get("role") == "user"
+        ]
+        answers = RunInput.objects.filter(run=run, payload__has_key="text")
+        customer += [
+            TranscriptLine("customer", str(a.payload["text"]), a.created_at)
+            for a in answers.order_by("-created_at")[:TRANSCRIPT_LINES]
+        ]
+        events = RunEvent.objects.filter(run=run)
+    assistant = [
+        TranscriptLine("assistant", str(e.data.get(_SAID_BY_ASSISTANT[e.type], "")), e.created_at)
+        for e in events.filter(type__in=_SAID_BY_ASSISTANT).order_by("-created_at", "-pk")[
+            :TRANSCRIPT_LINES
+        ]
+    ]
+    # On a tie the customer spoke first: the assistant answers what it was told.
+    lines = sorted(customer + assistant, key=lambda line: (line.at, line.speaker != "customer"))
+    return lines[-TRANSCRIPT_LINES:]
 
 
 # How long a shop with room may leave a run queued before /healthz calls its queue stalled.

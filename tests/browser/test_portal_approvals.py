@@ -149,6 +149,7 @@ def test_reject_needs_a_reason_and_then_rejects(demo, signed_in):
 def test_inbox_asks_for_nothing_while_idle_and_shows_new_calls_without_a_reload(demo, signed_in):
     sam = signed_in("sam")
     assert "Nothing waits" in sam.inner_text("#inbox-rows")
+    assert sam.inner_text("#pending-count") == "(0)"
 
     # when five seconds pass with nothing new, the page asks for nothing: its stream is open
     sam.wait_for_timeout(500)
@@ -161,7 +162,9 @@ def test_inbox_asks_for_nothing_while_idle_and_shows_new_calls_without_a_reload(
 
     sam.wait_for_selector(f"[data-interrupt='{approval.interrupt_id}']", timeout=15000)
     screenshot(sam, "inbox-live")
-    assert "amount=15.00" in sam.inner_text("#inbox-rows")
+    assert "15.00 EUR" in sam.inner_text("#inbox-rows")
+    # the heading's count came with the rows
+    assert sam.inner_text("#pending-count") == "(1)"
 
 
 def test_another_shops_supervisor_cannot_open_the_call(demo, signed_in, live_server):

@@ -1,0 +1,267 @@
+"""What a supervisor needs to decide a call, in plain words: what the customer said, the
+order the call is about, what looks wrong with it; and the inbox's rows, readable."""
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+from approvals import selectors
+from approvals.models import Approval, ApprovalStatus, Order
+from runs import selectors as run_selectors
+
+TOOL_LABELS = {"issue_refund": "Refund"}
+ARGUMENT_LABELS = {"order_id": "Order", "amount": "Amount", "reason": "Reason"}
+# What became of a refund the agent asked for, as a supervisor says it.
+REFUND_OUTCOMES = {
+    ApprovalStatus.PENDING_APPROVAL: "waiting for a decision",
+    ApprovalStatus.APPROVED_EXECUTING: "approved, not paid yet",
+    ApprovalStatus.EXECUTED: "paid",
+    ApprovalStatus.REJECTED: "rejected",
+    ApprovalStatus.EXPIRED: "expired, not paid",
+    ApprovalStatus.CANCELLED: "cancelled, not paid",
+}
+# Refunds asked for that may still be paid.
+OPEN_REFUNDS = (ApprovalStatus.PENDING_APPROVAL, ApprovalStatus.APPROVED_EXECUTING)
+# A number as a customer writes one ("20", "20.50", "20,50"), not inside a word or an order
+# number such as ORD-1004.
+_WRITTEN_NUMBER = re.compile(r"(?<![\w.,-])(\d+(?:[.,]\d{1,2})?)(?!\w)")
+
+
+def money(amount: Any, currency: str = "") -> str:
+    """20 -> "20.00 EUR"; what is not a number is shown as it is."""
+    try:
+        value = f"{Decimal(str(amount)):.2f}"
+    except (InvalidOperation, ValueError):
+        return str(amount)
+    return f"{value} {currency}".strip()
+
+
+def _amount(arguments: dict[str, Any]) -> Decimal | None:
+    try:
+        return Decimal(str(arguments["amount"]))
+    except (KeyError, InvalidOperation, ValueError):
+        return None
+
+
+def _order_number(arguments: dict[str, Any]) -> str:
+    return str(arguments.get("order_id") or "").upper()
+
+
+def call_label(tool_name: str) -> str:
+    return TOOL_LABELS.get(tool_name, tool_name.replace("_", " ").capitalize())
+
+
+def readable_arguments(arguments: dict[str, Any], currency: str = "") -> list[tuple[str, str]]:
+    """(label, value) for each argument: an amount with its currency, a list as JSON."""
+    readable = []
+    for name, value in arguments.items():
+        if name == "amount":
+            shown = money(value, currency)
+        elif isinstance(value, dict | list):
+            shown = json.dumps(value, ensure_ascii=False)
+        else:
+            shown = str(value)
+        readable.append((ARGUMENT_LABELS.get(name, name.replace("_", " ").capitalize()), shown))
+    return readable
+
+
+def numbers_written(texts: Iterable[str]) -> list[str]:
+    """The numbers in these texts as they were written, each once, in order."""
+    found: list[str] = []
+    for text in texts:
+        for number in _WRITTEN_NUMBER.findall(text):
+            if number not in found:
+                found.append(number)
+    return found
+
+
+def refund_warnings(
+    *,
+    order_number: str,
+    order: Order | None,
+    amount: Decimal,
+    customer_texts: Iterable[str],
+    open_amounts: Iterable[Decimal] = (),
+) -> list[str]:
+    """What a supervisor should know before approving a refund of `amount` on `order` (None:
+    the customer has no order `order_number`), in plain words; empty when nothing looks off.
+    `open_amounts`: the order's other refunds waiting or approved, not paid yet."""
+    if order is None:
+        return [
+            f"{order_number or 'The order'} is not an order of this customer in this shop: "
+            "the refund cannot be paid."
+        ]
+    warnings = []
+    currency = order.currency
+    still_open = sum(open_amounts, Decimal("0"))
+    if amount > order.refundable:
+        warnings.append(
+            f"The refund of {money(amount, currency)} is more than the "
+            f"{money(order.refundable, currency)} still refundable on {order.number} "
+            f"(total {money(order.total, currency)}, {money(order.refunded, currency)} "
+            "refunded already). Approved as it is, it will fail."
+        )
+    elif amount + still_open > order.refundable:
+        warnings.append(
+            f"Other refunds of {money(still_open, currency)} on {order.number} are waiting or "
+            f"approved: with this one they come to more than the "
+            f"{money(order.refundable, currency)} still refundable."
+        )
+    written = numbers_written(customer_texts)
+    if amount not in {Decimal(number.replace(",", ".")) for number in written}:
+        if written:
+            warnings.append(
+                f"The customer never wrote {money(amount)} in their messages "
+                f"(the numbers they wrote: {', '.join(written[:6])})."
+            )
+        else:
+            warnings.append(
+                f"The customer named no amount in their messages: {money(amount, currency)} "
+                "is the agent's choice."
+            )
+    return warnings
+
+
+def approval_decision_context(approval: Approval) -> dict[str, Any]:
+    """The approval page's account of the call: headline, readable arguments, what the
+    customer said, the order and its refunds, and (while it waits) the warnings."""
+    arguments = approval.proposed_args
+    number = _order_number(arguments)
+    order = (
+        selectors.order_for_customer(
+            merchant_id=approval.merchant_id, customer_id=approval.run.account_id, number=number
+        )
+        if number
+        else None
+    )
+    currency = order.currency if order else ""
+    transcript = run_selectors.run_transcript(approval.run)
+    refunds, open_amounts = _earlier_refunds(order, approval) if order else ([], [])
+    amount = _amount(arguments)
+    warnings = []
+    if approval.status == ApprovalStatus.PENDING_APPROVAL and approval.tool_name == "issue_refund":
+        warnings = refund_warnings(
+            order_number=number,
+            order=order,
+            amount=amount if amount is not None else Decimal("0"),
+            customer_texts=[line.text for line in transcript if line.speaker == "customer"],
+            open_amounts=open_amounts,
+        )
+    return {
+        "headline": _headline(approval.tool_name, number, amount, currency),
+        "arguments": readable_arguments(arguments, currency),
+        "approved_arguments": readable_arguments(approval.approved_args or {}, currency),
+        "transcript": transcript,
+        "order_number": number,
+        "order": order,
+        "order_lines": _order_lines(order) if order else [],
+        "order_figures": _order_figures(order) if order else [],
+        "earlier_refunds": refunds,
+        "warnings": warnings,
+    }
+
+
+def _headline(tool_name: str, number: str, amount: Decimal | None, currency: str) -> str:
+    if tool_name == "issue_refund" and amount is not None:
+        return f"Refund of {money(amount, currency)} on {number}"
+    return f"{call_label(tool_name)} on {number}" if number else call_label(tool_name)
+
+
+def _order_lines(order: Order) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": item.get("name") or item.get("sku", ""),
+            "sku": item.get("sku", ""),
+            "size": item.get("size", ""),
+            "quantity": item.get("quantity", 1),
+            "unit_price": money(item.get("unit_price", ""), order.currency),
+        }
+        for item in order.items
+    ]
+
+
+def _order_figures(order: Order) -> list[tuple[str, str]]:
+    return [
+        ("Total", money(order.total, order.currency)),
+        ("Already refunded", money(order.refunded, order.currency)),
+        ("Still refundable", money(order.refundable, order.currency)),
+    ]
+
+
+def _earlier_refunds(order: Order, approval: Approval) -> tuple[list[dict], list[Decimal]]:
+    """The order's other refunds, paid or asked for, oldest first; and the amounts of those
+    that may still be paid."""
+    paid = [
+        refund
+        for refund in selectors.order_refunds(order)
+        if refund.idempotency_key != approval.tool_execution_key
+    ]
+    rows = [
+        {"amount": money(r.amount, order.currency), "at": r.created_at, "status": "paid"}
+        for r in paid
+    ]
+    paid_keys = {refund.idempotency_key for refund in paid}
+    open_amounts = []
+    for call in selectors.order_refund_calls(order).exclude(pk=approval.pk):
+        if call.tool_execution_key in paid_keys:
+            continue  # listed as paid, from the ledger
+        amount = _amount(call.approved_args or call.proposed_args)
+        if call.status in OPEN_REFUNDS and amount is not None:
+            open_amounts.append(amount)
+        rows.append(
+            {
+                "amount": money(amount, order.currency),
+                "at": call.created_at,
+                "status": REFUND_OUTCOMES.get(call.status, call.status.lower()),
+            }
+        )
+    rows.sort(key=lambda row: row["at"])
+    return rows, open_amounts
+
+
+# --- the inbox ---------------------------------------------------------------------------------
+
+# How many rows the inbox lists at once, of each kind.
+INBOX_ROWS = 100
+
+
+def inbox_context(*, user, sort: str | None) -> dict[str, Any]:
+    """The inbox's calls and plans for a supervisor: calls sorted by `sort` ("age", oldest
+    first, unless "amount", largest first), each with what its row shows."""
+    sort = sort if sort in selectors.INBOX_SORTS else "age"
+    pending = selectors.approvals_pending_for_supervisor(user=user, sort=sort)
+    calls = list(pending[:INBOX_ROWS])
+    orders = selectors.orders_named(calls)
+    for call in calls:
+        call.label = call_label(call.tool_name)
+        call.order_number = _order_number(call.proposed_args)
+        order = orders.get((call.merchant_id, call.run.account_id, call.order_number))
+        call.amount_shown = (
+            money(call.amount, order.currency if order else "") if call.amount is not None else ""
+        )
+    plans = list(selectors.tickets_waiting_for_supervisor(user=user)[:INBOX_ROWS])
+    now = timezone.now()
+    for call in calls:
+        call.waited = _waited(call.created_at, now)
+    for plan in plans:
+        plan.waited = _waited(plan.updated_at, now)
+    return {
+        "pending": calls,
+        "pending_count": len(calls) if len(calls) < INBOX_ROWS else pending.count(),
+        "sort": sort,
+        "plans": plans,
+        "now": now,
+    }
+
+
+def _waited(since, now) -> str:
+    """How long something has waited, as a person says it: "just now", "12 minutes ago"."""
+    if now - since < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(since, now)} ago"

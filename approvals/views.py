@@ -28,7 +28,7 @@ from approvals.models import (
     PlanDecision,
     TicketStatus,
 )
-from runs import commands, conversations
+from runs import commands, conversations, timeline
 from runs import selectors as run_selectors
 from runs.models import AgentRun, Conversation
 from runs.tools import TOOLS
@@ -133,7 +133,13 @@ def approval_page(request, interrupt_id: str):
             "reviewed_in": "typed-form" if typed_used else "json-form",
             "json_open": typed is None or "tool_args" in request.POST,
             "editable": _editable(request, form, approval, diff),
-            "events": approval.run.events.order_by("seq"),
+            "timeline": timeline.run_timeline(
+                approval.run,
+                decided_by={
+                    decided.interrupt_id: decided.decided_by_name
+                    for decided in approval.run.approvals.select_related("decided_by", "merchant")
+                },
+            ),
             "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
             "seen": live.approval_digest(approval),
             **decision_context.approval_decision_context(approval),

@@ -1,3 +1,5 @@
+from datetime import UTC
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -9,14 +11,23 @@ from agentportal.selectors import merchants_operated_by
 from runs.models import AgentRelease, AgentRun, ModelAttempt, RunEvent, ToolExecution
 from runs.releases import GRAPH_RELEASES, ReleaseManifest
 from runs.services import release_save, run_cancel, run_parked_fail, run_unpark
+from runs.timeline import event_sentence
 
 
 class RunEventInline(HistoryInline):
     model = RunEvent
-    fields = ["seq", "type", "data", "created_at"]
+    fields = ["seq", "at", "what_happened", "type", "data"]
     readonly_fields = fields
     ordering = ["seq"]
     verbose_name_plural = "timeline"
+
+    @admin.display(description="at (UTC)")
+    def at(self, event: RunEvent) -> str:
+        return event.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+    @admin.display(description="what happened")
+    def what_happened(self, event: RunEvent) -> str:
+        return event_sentence(event)
 
 
 class ModelAttemptInline(HistoryInline):

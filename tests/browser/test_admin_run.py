@@ -36,4 +36,8 @@ def test_a_supervisor_sees_a_runs_timeline_attempts_and_tools_in_the_admin(
     assert [h.lower() for h in headings] == ["timeline", "model attempts", "tool executions"]
     timeline = sam.inner_text(".inline-group >> nth=0")
     assert "run.queued" in timeline and "run.completed" in timeline
+    # in words, to the second
+    assert "The model asked to call lookup_order" in timeline
+    assert "lookup_order succeeded: order id ORD-1001" in timeline
+    assert run.created_at.strftime("%Y-%m-%d %H:%M:") in timeline
     assert "lookup_order" in sam.inner_text(".inline-group >> nth=2")

@@ -1,0 +1,106 @@
+"""A run's events as sentences a person reads: what the model was asked and asked for, what
+each tool answered, who decided. The portal's call page and the admin's run page show them."""
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from runs.models import RunEvent
+
+# A tool's answer is shown up to this many characters; the admin keeps the whole payload.
+SHOWN_CHARACTERS = 240
+
+
+def _value(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{key.replace('_', ' ')} {_value(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        if all(isinstance(item, str | int | float) for item in value):
+            return ", ".join(map(str, value))
+        return f"{len(value)} item{'s' if len(value) != 1 else ''}"
+    return str(value)
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARACTERS else text[: SHOWN_CHARACTERS - 1] + "…"
+
+
+def _at(value: str) -> str:
+    """An ISO time of an event's data, to the second in UTC."""
+    parsed = datetime.fromisoformat(value) if value else None
+    return parsed.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if parsed else ""
+
+
+def _model_responded(data: dict) -> str:
+    calls = data.get("tool_calls") or []
+    said = f"The model asked to call {', '.join(calls)}" if calls else "The model answered"
+    usage = data.get("usage") or {}
+    tokens = usage.get("total_tokens")
+    details = [f"{tokens} tokens" if tokens is not None else "", f"{data.get('latency_ms')} ms"]
+    return f"{said} ({', '.join(detail for detail in details if detail)})"
+
+
+def _tool_result(data: dict) -> str:
+    status = str(data.get("status", "")).lower()
+    result = data.get("result")
+    answer = f": {_shortened(_value(result))}" if result not in (None, {}, "") else ""
+    return f"{data.get('tool', 'The tool')} {status}{answer}"
+
+
+def _approval_requested(data: dict) -> str:
+    return (
+        f"Waiting for a person to decide {data.get('tool_name')} "
+        f"({_value(data.get('tool_args') or {})}) until {_at(data.get('expires_at', ''))}"
+    )
+
+
+DECIDED = {"approve": "Approved", "revise": "Revised", "reject": "Rejected"}
+
+
+def _approval_decided(data: dict, decided_by: str | None) -> str:
+    who = decided_by or data.get("decided_by") or "someone"
+    if data.get("by_policy"):
+        who = "a rule"
+    decision = data.get("decision", "")
+    said = f"{DECIDED.get(decision, f'Decided ({decision})')} by {who}"
+    if data.get("reason"):
+        said += f": “{data['reason']}”"
+    if data.get("decision") == "revise" and data.get("tool_args"):
+        said += f"; to run with {_value(data['tool_args'])}"
+    return said
+
+
+SENTENCES: dict[str, Callable[[dict], str]] = {
+    "run.queued": lambda data: "Queued",
+    "run.started": lambda data: f"A worker took the run (lease {data.get('lease')})",
+    "model.requested": lambda data: f"Asked the model (step {data.get('step')})",
+    "model.responded": _model_responded,
+    "tool.started": lambda data: f"Calling {data.get('tool')}",
+    "tool.result": _tool_result,
+    "approval.requested": _approval_requested,
+    "message.assistant": lambda data: f"Answered: “{_shortened(data.get('text', ''))}”",
+    "run.completed": lambda data: "Completed",
+    "run.failed": lambda data: f"Failed ({data.get('error_code')}): {data.get('detail', '')}",
+    "run.cancelled": lambda data: f"Cancelled: {data.get('reason') or 'no reason given'}",
+    "run.parked": lambda data: f"Parked for an operator: {data.get('reason', '')}",
+    "run.unparked": lambda data: "Handed back to the workers by an operator",
+}
+
+
+def event_sentence(event: RunEvent, *, decided_by: dict[str, str] | None = None) -> str:
+    """What the event says, in words. `decided_by` names the person who decided each
+    interrupt, for readers who may know (the event itself keeps it private)."""
+    data = event.data or {}
+    if event.type == "approval.decided":
+        return _approval_decided(data, (decided_by or {}).get(data.get("interrupt_id", "")))
+    sentence = SENTENCES.get(event.type)
+    if sentence is not None:
+        return sentence(data)
+    return f"{event.type}: {_shortened(_value(data))}" if data else event.type
+
+
+def run_timeline(run, *, decided_by: dict[str, str] | None = None) -> list[dict]:
+    """The run's events in order, each with its sentence."""
+    return [
+        {"event": event, "sentence": event_sentence(event, decided_by=decided_by)}
+        for event in run.events.order_by("seq")
+    ]

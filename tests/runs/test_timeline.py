@@ -1,0 +1,103 @@
+"""A run's timeline in words: what the model asked for, what each tool answered, who
+decided, at what second."""
+
+from django.contrib.auth.models import User
+from django.test import Client
+
+from approvals import services
+from approvals.models import Approval
+from runs import worker
+from runs.models import RunEvent
+from runs.timeline import event_sentence
+from tests import factories
+
+
+def _event(type_: str, **data) -> RunEvent:
+    return RunEvent(type=type_, data=data)
+
+
+def test_each_step_reads_as_a_sentence():
+    assert (
+        event_sentence(
+            _event(
+                "model.responded",
+                tool_calls=["issue_refund"],
+                usage={"total_tokens": 155},
+                latency_ms=812,
+            )
+        )
+        == "The model asked to call issue_refund (155 tokens, 812 ms)"
+    )
+    assert (
+        event_sentence(
+            _event(
+                "tool.result",
+                tool="lookup_order",
+                status="SUCCEEDED",
+                result={"order_id": "ORD-1003", "items": [{"sku": "A"}, {"sku": "B"}]},
+            )
+        )
+        == "lookup_order succeeded: order id ORD-1003, items 2 items"
+    )
+    assert (
+        event_sentence(
+            _event(
+                "approval.requested",
+                tool_name="issue_refund",
+                tool_args={"order_id": "ORD-1003", "amount": "20.00"},
+                expires_at="2026-12-03T22:11:29.984872+00:00",
+            )
+        )
+        == "Waiting for a person to decide issue_refund (order id ORD-1003, amount 20.00) "
+        "until 2026-12-03 22:11:29 UTC"
+    )
+    assert event_sentence(_event("run.cancelled", reason="stopped by the customer")) == (
+        "Cancelled: stopped by the customer"
+    )
+    assert event_sentence(_event("something.new", detail="x")) == "something.new: detail x"
+
+
+def test_who_decided_is_named_only_to_readers_who_may_know():
+    decided = _event(
+        "approval.decided",
+        interrupt_id="int-1",
+        decision="revise",
+        decided_by="a supervisor",
+        reason="only the shoes",
+        tool_args={"amount": "12.50"},
+    )
+    expected_tail = ": “only the shoes”; to run with amount 12.50"
+    assert event_sentence(decided) == "Revised by a supervisor" + expected_tail
+    assert event_sentence(decided, decided_by={"int-1": "sam"}) == "Revised by sam" + expected_tail
+
+
+def test_a_long_answer_is_shortened():
+    sentence = event_sentence(_event("message.assistant", text="word " * 200))
+    assert len(sentence) < 270 and sentence.endswith("…”")
+
+
+def test_the_call_page_shows_the_timeline_in_words_with_the_decider(demo):
+    # given a refund sam revised, and the run carried on
+    alice, sam = User.objects.get(username="alice"), User.objects.get(username="sam")
+    factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1003 amount 20")
+    worker.tick()
+    approval = Approval.objects.get()
+    services.approval_decide_as_user(
+        approval=approval,
+        user=sam,
+        decision="revise",
+        tool_args={"order_id": "ORD-1003", "amount": "12.50", "reason": "partial"},
+        reason="only the shoes",
+    )
+    worker.tick()
+
+    # when sam opens the call
+    client = Client()
+    client.force_login(sam)
+    page = client.get(f"/portal/approvals/{approval.interrupt_id}/").content.decode()
+
+    # then
+    assert "Revised by sam: “only the shoes”; to run with order id ORD-1003, amount 12.50" in page
+    assert "issue_refund succeeded: status executed" in page
+    decided = approval.run.events.get(type="approval.decided")
+    assert decided.created_at.strftime("%Y-%m-%d %H:%M:%S") in page

@@ -26,6 +26,8 @@ class Order(models.Model):
     # [{"sku", "product", "name", "size", "quantity", "unit_price", "exchangeable"}]
     items = models.JSONField(default=list)
     total = models.DecimalField(max_digits=10, decimal_places=2)
+    # ISO 4217: the currency of every amount of the order (its total, its refunds).
+    currency = models.CharField(max_length=3, default="EUR")
     refunded = models.DecimalField(max_digits=10, decimal_places=2, default=Decimal("0.00"))
     placed_at = models.DateTimeField()
     delivered_at = models.DateTimeField(null=True, blank=True)

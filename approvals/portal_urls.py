@@ -10,4 +10,5 @@ urlpatterns = [
     path("tickets/<uuid:ticket_id>/", views.ticket_page, name="portal-ticket"),
     path("chat/", views.chat_page, name="portal-chat"),
     path("chat/messages/", views.chat_messages, name="portal-chat-messages"),
+    path("requests/", views.customer_requests, name="portal-requests"),
 ]

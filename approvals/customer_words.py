@@ -41,8 +41,7 @@ def decision_told(approval: Approval, currency: str, shop: str) -> str | None:
     it went ahead as asked (the assistant's answer says so)."""
     what = call_described(approval, currency)
     if approval.status == ApprovalStatus.REJECTED:
-        because = f": {approval.reason}" if approval.reason else "."
-        return f"{shop} declined {what}{because}"
+        return f"{shop} declined {what}{_because(approval.reason)}"
     if approval.status == ApprovalStatus.EXPIRED:
         return f"Nobody at {shop} could decide on {what} in time, so nothing was done."
     if approval.decision == Decision.REVISE and approval.status in (
@@ -56,7 +55,7 @@ def decision_told(approval: Approval, currency: str, shop: str) -> str | None:
 def _revision_told(approval: Approval, currency: str, shop: str) -> str | None:
     asked = approval.proposed_args.get("amount")
     given = (approval.executed_args or approval.approved_args or {}).get("amount")
-    because = f": {approval.reason}" if approval.reason else "."
+    because = _because(approval.reason)
     if (
         approval.tool_name != "issue_refund"
         or given is None
@@ -68,6 +67,14 @@ def _revision_told(approval: Approval, currency: str, shop: str) -> str | None:
         f"We {verb} {money(given, currency)} instead of {money(asked, currency)} "
         f"for {approval.proposed_args.get('order_id')}{because}"
     )
+
+
+def _because(reason: str) -> str:
+    """`: <reason>.` ending the sentence that names a decision, or just its full stop."""
+    reason = reason.strip()
+    if not reason:
+        return "."
+    return f": {reason}" if reason[-1] in ".!?" else f": {reason}."
 
 
 def decision_email(approval: Approval, currency: str, shop: str) -> tuple[str, str]:

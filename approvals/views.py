@@ -245,7 +245,7 @@ class PlanForm(forms.Form):
 
 PLAN_DONE = {
     "confirm": "Confirmed: a person of the shop now reviews the plan.",
-    "changes": "Your request for changes was sent; you will get a new version to confirm.",
+    "changes": "Your request for changes was sent; you will get a new plan to confirm.",
     "approve": "Approved: the agent carries on with the exchange.",
     "reject": "Rejected: the agent tells the customer why.",
 }

@@ -25,10 +25,10 @@ def test_plan_confirmed_by_the_customer_and_approved_by_a_supervisor(demo, signe
     # when: she follows the link the chat shows and confirms
     alice.wait_for_selector(".plan a", timeout=10000)
     alice.click(".plan a")
-    assert "SHOE-TRAIL-43" in alice.inner_text("#plan-summary")
+    assert "Trail running shoes, size 42, for size 43" in alice.inner_text("#plan-summary")
     screenshot(alice, "plan-to-confirm")
     alice.click("button[value=confirm]")
-    assert "a supervisor now reviews the plan" in alice.inner_text(".messages")
+    assert "a person of the shop now reviews the plan" in alice.inner_text(".messages")
     ticket = Ticket.objects.get()
     run = AgentRun.objects.get()
     plans.plan_reconcile(run_id=run.pk)

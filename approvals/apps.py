@@ -30,6 +30,7 @@ class ApprovalsConfig(AppConfig):
         extensions.sweep_register("approvals_expire_due", services.approvals_expire_due)
         extensions.sweep_register("plans_reconcile_due", plans.plans_reconcile_due)
         extensions.sweep_register("webhooks_wake", notifications.webhooks_wake)
+        extensions.sweep_register("customer_emails_wake", notifications.customer_emails_wake)
 
 
 SYSTEM_PROMPT = (

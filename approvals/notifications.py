@@ -1,5 +1,6 @@
 """Telling supervisors that a call waits for them: email, and a signed webhook delivered from
-an outbox with retries and backoff (django-q2 has no delayed tasks).
+an outbox with retries and backoff (django-q2 has no delayed tasks). Telling customers what a
+person of the shop decided about their request: an email from an outbox of its own.
 
 A failing webhook never blocks or fails a run: the run's transaction only writes the outbox
 row; delivery happens after the commit, in a task, and again from `maintain` until it works or
@@ -21,7 +22,8 @@ from django.utils import timezone
 from agentportal.models import Merchant
 from agentportal.selectors import supervisor_memberships
 from agentportal.webhooks import UnsafeWebhookUrl, signature, webhook_url_check
-from approvals.models import Approval, DeliveryStatus, WebhookDelivery
+from approvals import customer_words
+from approvals.models import Approval, CustomerEmail, DeliveryStatus, WebhookDelivery
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,91 @@ def plan_waits_for_supervisor_notify(
             f"{_portal_link('portal-ticket', ticket_id=ticket_id)}"
         ),
     )
+
+
+def approval_decided_notify(*, approval_id: int) -> None:
+    """Queue the email that tells the customer how their call was decided: approved, changed,
+    declined, or not decided in time. Call inside the transaction that records it; the same
+    decision is never written twice (the row's key)."""
+    approval = Approval.objects.select_related("merchant", "run__account").get(pk=approval_id)
+    customer = approval.run.account
+    if not customer.email:
+        return
+    currency = customer_words.currency_of(approval, customer_words.currencies_of([approval]))
+    subject, news = customer_words.decision_email(approval, currency, approval.merchant.name)
+    CustomerEmail.objects.get_or_create(
+        key=f"decision:{approval.interrupt_id}",
+        defaults={
+            "merchant": approval.merchant,
+            "recipient": customer,
+            "subject": subject[:200],
+            "body": (
+                f"Hello {customer.get_username()},\n\n{news}\n\n"
+                f"Your conversation with the assistant: {_portal_link('portal-chat')}\n\n"
+                f"{approval.merchant.name}"
+            ),
+            "next_attempt_at": timezone.now(),
+        },
+    )
+    transaction.on_commit(_customer_emails_enqueue, robust=True)
+
+
+def _customer_emails_enqueue() -> None:
+    from django_q.tasks import async_task
+
+    async_task("approvals.tasks.send_customer_emails")
+
+
+def customer_emails_wake() -> int:
+    """`maintain`'s part: hand due customer emails to a task. Returns how many are due."""
+    due = CustomerEmail.objects.filter(
+        status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now()
+    ).count()
+    if due:
+        _customer_emails_enqueue()
+    return due
+
+
+def customer_emails_send_due(*, limit: int = 100) -> int:
+    """Send every due customer email once; safe to run concurrently and twice."""
+    due = CustomerEmail.objects.filter(
+        status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now()
+    ).values_list("pk", flat=True)
+    return sum(customer_email_send(email_id=pk) for pk in list(due[:limit]))
+
+
+def customer_email_send(*, email_id: int) -> bool:
+    """One attempt, claimed by a conditional UPDATE first, so two senders never send the same
+    email; it is sent outside any transaction. A failed attempt is tried again after a backoff."""
+    email = CustomerEmail.objects.select_related("recipient").get(pk=email_id)
+    now = timezone.now()
+    attempts = email.attempts + 1
+    with transaction.atomic():
+        claimed = CustomerEmail.objects.filter(
+            pk=email.pk,
+            status=DeliveryStatus.PENDING,
+            attempts=email.attempts,
+            next_attempt_at__lte=now,
+        ).update(attempts=attempts, next_attempt_at=now + backoff(attempts))
+    if not claimed:
+        return False
+    try:
+        send_mail(
+            subject=email.subject,
+            message=email.body,
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=[email.recipient.email],
+        )
+    except Exception as error:
+        logger.warning("customer email %s attempt %s failed: %s", email.pk, attempts, error)
+        changes = {"last_error": f"{type(error).__name__}: {error}"}
+        if attempts >= MAX_ATTEMPTS:
+            changes["status"] = DeliveryStatus.FAILED
+    else:
+        changes = {"status": DeliveryStatus.DELIVERED, "sent_at": timezone.now()}
+    with transaction.atomic():
+        CustomerEmail.objects.filter(pk=email.pk, attempts=attempts).update(**changes)
+    return changes.get("status") == DeliveryStatus.DELIVERED
 
 
 def _portal_link(name: str, **kwargs) -> str:

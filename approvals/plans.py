@@ -28,6 +28,7 @@ from agentportal.principals import Principal
 from agentportal.problems import pydantic_errors
 from agentportal.selectors import principal_for_user
 from approvals import locks, notifications, selectors
+from approvals.customer_words import plan_lines
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     BusinessEvent,
@@ -60,10 +61,9 @@ EXCHANGE_ITEMS = TypeAdapter(ExchangeItems)
 FINAL_STATUSES = (TicketStatus.APPROVED, TicketStatus.REJECTED, TicketStatus.CANCELLED)
 
 
-def proposal_summary(items: list[dict[str, Any]]) -> str:
-    return "; ".join(
-        f"exchange {item['quantity']} x {item['sku']} for {item['new_sku']}" for item in items
-    )
+def proposal_summary(order: Order, items: list[dict[str, Any]]) -> str:
+    """The plan in words its customer reads too: products and sizes, not stock codes."""
+    return "; ".join(f"exchange {line}" for line in plan_lines(order, items))
 
 
 # The switch of a graph version: whether a proposed plan waits for people (on unless a version
@@ -161,7 +161,9 @@ def _ticket_insert(
         order=order,
         tool_execution_key=key,
     )
-    Proposal.objects.create(ticket=ticket, version=1, items=items, summary=proposal_summary(items))
+    Proposal.objects.create(
+        ticket=ticket, version=1, items=items, summary=proposal_summary(order, items)
+    )
     event = BusinessEvent.objects.create(
         merchant_id=run.merchant_id,
         ticket=ticket,
@@ -253,7 +255,7 @@ def _pause_for_new_plan(
                     "ticket_id": str(ticket_id),
                     "proposal_version": 1,
                     "items": items,
-                    "summary": proposal_summary(items),
+                    "summary": proposal_summary(order, items),
                     "interrupt_id": wait.interrupt_id,
                 },
             )
@@ -441,7 +443,7 @@ def ticket_revise(
             ticket=locked,
             version=version,
             items=cleaned,
-            summary=proposal_summary(cleaned),
+            summary=proposal_summary(ticket.order, cleaned),
             note=note,
             created_by=principal.user,
         )
@@ -530,7 +532,7 @@ def plan_events_apply_locked(run: AgentRun) -> int:
     """
     events = list(
         BusinessEvent.objects.filter(run_id=run.pk, pk__gt=run.domain_event_cursor)
-        .select_related("actor_user")
+        .select_related("actor_user", "ticket__order")
         .order_by("pk")
     )
     try:
@@ -581,7 +583,7 @@ def _event_apply(run: AgentRun, event: BusinessEvent) -> None:
             ticket_id=event.ticket_id,
             run_id=run.pk,
             proposal_version=event.proposal_version,
-            summary=proposal_summary(wait.tool_args["items"]),
+            summary=proposal_summary(event.ticket.order, wait.tool_args["items"]),
             note=note if event.kind == BusinessEventKind.CHANGES_REQUESTED else "",
         )
     elif event.kind == BusinessEventKind.REVISED:

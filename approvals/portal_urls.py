@@ -14,4 +14,5 @@ urlpatterns = [
     path("chat/", views.chat_page, name="portal-chat"),
     path("chat/messages/", views.chat_messages, name="portal-chat-messages"),
     path("chat/live/", views.chat_live, name="portal-chat-live"),
+    path("requests/", views.customer_requests, name="portal-requests"),
 ]

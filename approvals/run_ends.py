@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from approvals.customer_words import call_name
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
@@ -98,7 +99,7 @@ def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[
                 "interrupt_id": approval.interrupt_id,
                 "tool_name": approval.tool_name,
                 "result": approval.result,
-                "notice": f"The {CALL_NAMES.get(approval.tool_name, approval.tool_name)} was "
+                "notice": f"The {call_name(approval.tool_name)} was "
                 "carried out before the request ended.",
             },
         )
@@ -107,12 +108,8 @@ def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[
     ]
 
 
-# What a call does, in the customer's words, for the notices of its end.
-CALL_NAMES = {"issue_refund": "refund"}
-
-
 def _cancelled_event(approval: Approval, cause: str) -> dict[str, Any]:
-    what = CALL_NAMES.get(approval.tool_name, approval.tool_name.replace("_", " "))
+    what = call_name(approval.tool_name)
     why = {
         CancelCause.RUN_CANCELLED: "the request was stopped",
         CancelCause.APPROVER_REVOKED: "the person who approved it may no longer decide",

@@ -88,7 +88,7 @@ def after_sales_script(turn: Transcript, declared: set[str]) -> str | tuple[str,
         if "check_stock" not in turn.results:
             wanted = size.group(1) if size else item.get("size", "")
             return call("check_stock", {"sku": item["sku"], "size": str(wanted)})
-        return _stock_answer(order_id, turn.results["check_stock"])
+        return _stock_answer(order_id, item, turn.results["check_stock"])
 
     return _order_answer(order)
 
@@ -105,18 +105,34 @@ def _amount(text: str) -> str | None:
 
 def _order_answer(order: dict) -> str:
     items = ", ".join(
-        f"{item['name']} (size {item['size']}) x {item['quantity']}" for item in order["items"]
+        f"{item['name']}{_size(item)} x {item['quantity']}" for item in order["items"]
     )
     return (
         f"Order {order['order_id']} is {order['status'].lower()}. It holds {items}; "
-        f"total {order['total']}, of which {order['refundable']} can still be refunded."
+        f"total {_money(order['total'], order)}, of which "
+        f"{_money(order['refundable'], order)} can still be refunded."
     )
+
+
+def _size(item: dict) -> str:
+    """` (size 42)`; nothing for an item that comes in one size."""
+    size = str(item.get("size") or "")
+    return f" (size {size})" if size and size.lower() != "one size" else ""
+
+
+def _money(amount, result: dict) -> str:
+    """An amount with the currency its tool result names."""
+    currency = result.get("currency")
+    return f"{amount} {currency}" if currency else str(amount)
 
 
 def _refund_answer(order_id: str, result: dict) -> str:
     status = result.get("status")
     if status == "executed":
-        return f"Done: a refund of {result.get('amount')} for order {order_id} has been issued."
+        return (
+            f"Done: a refund of {_money(result.get('amount'), result)} for order {order_id} "
+            "has been issued."
+        )
     if status == "rejected":
         return (
             f"A supervisor declined the refund for order {order_id}: "
@@ -158,10 +174,8 @@ def _followup_answer(order_id: str, result: dict) -> str:
     return f"A colleague will follow up on order {order_id} by {result.get('due_at', 'soon')}."
 
 
-def _stock_answer(order_id: str, result: dict) -> str:
+def _stock_answer(order_id: str, item: dict, result: dict) -> str:
     if "error" in result:
         return f"I could not check the stock for order {order_id}: {result['error']}."
-    return (
-        f"For order {order_id}: {result['in_stock']} of {result['sku']} in size "
-        f"{result['size']} in stock."
-    )
+    size = _size({"size": result.get("size")})
+    return f"For order {order_id}: {result['in_stock']} of {item['name']}{size} in stock."

@@ -3,10 +3,12 @@ import hashlib
 from django.db.models import Case, DecimalField, F, OuterRef, QuerySet, Subquery, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
+from django.utils.text import capfirst
 
 from agentportal.models import Membership, Role
 from agentportal.principals import Principal
 from agentportal.selectors import merchants_supervised_by
+from approvals import customer_words
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
@@ -19,7 +21,13 @@ from approvals.models import (
     TicketStatus,
 )
 from runs import selectors as run_selectors
-from runs.models import FINISHED_STATUSES, Conversation, ConversationStatus
+from runs.models import (
+    FINISHED_STATUSES,
+    AgentRun,
+    Conversation,
+    ConversationMessage,
+    ConversationStatus,
+)
 
 
 def order_for_customer(*, merchant_id: int, customer_id: int, number: str) -> Order | None:
@@ -172,23 +180,56 @@ def ticket_for_user(*, user, ticket_id) -> Ticket | None:
     )
 
 
+def customer_membership(*, user) -> Membership | None:
+    """Where the user is a customer now (the first such shop): where their chat is."""
+    return (
+        Membership.objects.select_related("merchant")
+        .filter(user=user, role=Role.CUSTOMER, active=True, merchant__active=True)
+        .order_by("pk")
+        .first()
+    )
+
+
+def runs_of_customer(*, user) -> QuerySet[AgentRun]:
+    """The customer's requests, newest first, each with the message that started it
+    (`asked`); only in shops where they are a member now (a revoked member reads nothing
+    more)."""
+    first_message = ConversationMessage.objects.filter(run=OuterRef("pk")).order_by(
+        "created_at", "pk"
+    )
+    return (
+        AgentRun.objects.filter(
+            account=user,
+            merchant__active=True,
+            merchant__memberships__user=user,
+            merchant__memberships__active=True,
+        )
+        .annotate(asked=Subquery(first_message.values("text")[:1]))
+        .order_by("-created_at")
+    )
+
+
 def waits_of_conversation(*, conversation) -> list[str]:
     """What the conversation's unfinished runs wait for from people, in the customer's words
-    ("Your refund of 20.00 for ORD-1003 is waiting for a supervisor."): what starting over
-    would cancel."""
+    ("Your refund of 20.00 EUR for ORD-1003 is waiting for a person at Demo Shop."): what
+    starting over would cancel."""
+    shop = conversation.merchant.name
     open_runs = conversation.runs.exclude(status__in=FINISHED_STATUSES).values("pk")
-    waits = []
-    for approval in Approval.objects.filter(
-        run__in=open_runs, status=ApprovalStatus.PENDING_APPROVAL
-    ).order_by("created_at"):
-        arguments = approval.proposed_args
-        if approval.tool_name == "issue_refund":
-            waits.append(
-                f"Your refund of {arguments.get('amount')} for {arguments.get('order_id')} "
-                "is waiting for a supervisor."
+    pending = list(
+        Approval.objects.filter(run__in=open_runs, status=ApprovalStatus.PENDING_APPROVAL).order_by(
+            "created_at"
+        )
+    )
+    currencies = customer_words.currencies_of(pending)
+    waits = [
+        capfirst(
+            customer_words.call_described(
+                approval, customer_words.currency_of(approval, currencies)
             )
-        else:
-            waits.append("A request of yours is waiting for a supervisor.")
+        )
+        + f" is waiting for a person at {shop}."
+        for approval in pending
+    ]
     for ticket in (
         Ticket.objects.filter(run__in=open_runs, status__in=TICKET_OPEN_STATUSES)
         .select_related("order")
@@ -197,7 +238,7 @@ def waits_of_conversation(*, conversation) -> list[str]:
         who = (
             "for you to confirm"
             if ticket.status == TicketStatus.WAITING_CONFIRMATION
-            else "for a supervisor"
+            else f"for a person at {shop}"
         )
         waits.append(f"Your exchange plan for {ticket.order.number} is waiting {who}.")
     return waits
@@ -205,12 +246,7 @@ def waits_of_conversation(*, conversation) -> list[str]:
 
 def chat_principal(*, user) -> Principal | None:
     """A signed-in customer chatting: with the first shop where they are a customer now."""
-    membership = (
-        Membership.objects.select_related("merchant")
-        .filter(user=user, role=Role.CUSTOMER, active=True, merchant__active=True)
-        .order_by("pk")
-        .first()
-    )
+    membership = customer_membership(user=user)
     if membership is None:
         return None
     return Principal(merchant=membership.merchant, role=Role.CUSTOMER, user=user)

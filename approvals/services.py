@@ -434,6 +434,7 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
     )
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")
+    notifications.approval_decided_notify(approval_id=approval.pk)
     changes: dict[str, Any] = {"decision": request.decision}
     if approved is not None:
         changes["tool_args"] = approved
@@ -463,6 +464,7 @@ def _expire_locked(run: AgentRun, snapshot: StateSnapshot, approval: Approval) -
     )
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")
+    notifications.approval_decided_notify(approval_id=approval.pk)
     call = call_moved(snapshot.pending_tool_call, CallStatus.EXPIRED)
     run_services.run_resume_locked(
         run,

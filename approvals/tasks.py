@@ -7,5 +7,9 @@ def deliver_webhooks() -> int:
     return notifications.webhooks_deliver_due()
 
 
+def send_customer_emails() -> int:
+    return notifications.customer_emails_send_due()
+
+
 def reconcile(run_id: str) -> int:
     return plans.plan_reconcile(run_id=run_id)

@@ -114,7 +114,13 @@ def list_orders(args: ListOrdersArgs, context: ToolContext) -> dict[str, Any]:
         orders = orders.filter(status=args.status)
     return {
         "orders": [
-            {"order_id": o.number, "status": o.status, "total": str(o.total)} for o in orders
+            {
+                "order_id": o.number,
+                "status": o.status,
+                "total": str(o.total),
+                "currency": o.currency,
+            }
+            for o in orders
         ]
     }
 
@@ -142,11 +148,11 @@ def exchange_line_problem(order: Order, *, sku: str, quantity: int, new_sku: str
     if not line.get("exchangeable", False):
         return f"{line.get('name', sku)} cannot be exchanged"
     if quantity > line.get("quantity", 1):
-        return f"{order.number} holds only {line.get('quantity', 1)} of {sku}"
+        return f"{order.number} holds only {line.get('quantity', 1)} of {line.get('name', sku)}"
     if new_sku.rpartition("-")[0] != sku.rpartition("-")[0]:
         return f"{new_sku} is not another size of {sku}"
     if selectors.stock_level(merchant_id=order.merchant_id, sku=new_sku) < quantity:
-        return f"{new_sku} is out of stock"
+        return f"{line.get('name', sku)} in size {new_sku.rpartition('-')[2]} is out of stock"
     return ""
 
 
@@ -203,6 +209,7 @@ def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
         "refund_id": refund.pk,
         "order_id": refund.order.number,
         "amount": str(refund.amount),
+        "currency": refund.order.currency,
     }
 
 

@@ -1,6 +1,5 @@
 """The portal's pages: the supervisor's inbox and the page of one pending call."""
 
-import itertools
 import json
 
 from asgiref.sync import sync_to_async
@@ -17,7 +16,7 @@ from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
-from approvals import decision_context, live, plans, selectors, services
+from approvals import chat, customer_words, decision_context, live, plans, selectors, services
 from approvals.forms import ArgumentsForm, DecisionForm
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -29,23 +28,32 @@ from approvals.models import (
     TicketStatus,
 )
 from runs import commands, conversations, timeline
-from runs import selectors as run_selectors
-from runs.models import AgentRun, Conversation
+from runs.models import Conversation
 from runs.tools import TOOLS
 
 
 @never_cache
 @login_required
 def portal_home(request):
+    """Supervisors land on their inbox, customers on their chat."""
     if supervises_any(request.user):
         return render(request, "portal/inbox.html", _inbox_context(request))
-    # Only where the customer is a member now: a revoked member reads nothing more.
-    runs = AgentRun.objects.filter(
-        account=request.user,
-        merchant__active=True,
-        merchant__memberships__user=request.user,
-        merchant__memberships__active=True,
-    ).order_by("-created_at")[:20]
+    if selectors.customer_membership(user=request.user) is not None:
+        return redirect("portal-chat")
+    return customer_requests(request)
+
+
+@never_cache
+@login_required
+def customer_requests(request):
+    """The customer's earlier requests, where each stands, in plain words."""
+    runs = selectors.runs_of_customer(user=request.user)[:20]
+    for run in runs:
+        run.standing = customer_words.RUN_STANDING.get(run.status, "")
+        # A run started through the API has no chat message: its last question is the one.
+        run.asked = run.asked or next(
+            (m.get("content", "") for m in reversed(run.messages) if m.get("role") == "user"), ""
+        )
     return render(request, "portal/customer_home.html", {"runs": runs})
 
 
@@ -235,8 +243,8 @@ class PlanForm(forms.Form):
 
 
 PLAN_DONE = {
-    "confirm": "Confirmed: a supervisor now reviews the plan.",
-    "changes": "Your request for changes was sent; you will get a new version to confirm.",
+    "confirm": "Confirmed: a person of the shop now reviews the plan.",
+    "changes": "Your request for changes was sent; you will get a new plan to confirm.",
     "approve": "Approved: the agent carries on with the exchange.",
     "reject": "Rejected: the agent tells the customer why.",
 }
@@ -295,12 +303,17 @@ def _plan_explain(request, form: PlanForm, refusal: DomainError) -> None:
 
 def _ticket_context(request, ticket, form: PlanForm) -> dict:
     is_customer = ticket.customer_id == request.user.pk
+    current = ticket.proposals.get(version=ticket.version)
     return {
         "ticket": ticket,
         "seen": live.ticket_digest(ticket),
         "form": form,
+        "is_customer": is_customer,
+        "shop": ticket.merchant.name,
+        "standing": customer_words.ticket_standing(ticket.status, ticket.merchant.name),
+        "lines": customer_words.plan_lines(ticket.order, current.items),
         "proposals": ticket.proposals.order_by("-version"),
-        "current": ticket.proposals.get(version=ticket.version),
+        "current": current,
         "confirmation": ticket.confirmations.filter(proposal_version=ticket.version).first(),
         "review": ticket.reviews.filter(proposal_version=ticket.version).first(),
         "changes_requested": ticket.events.filter(kind=BusinessEventKind.CHANGES_REQUESTED)
@@ -352,7 +365,7 @@ def chat_page(request):
         try:
             cancelled = _cancelled_by(conversation, text)
             if cancelled and not form.cleaned_data["confirmed"]:
-                context = {**_chat_context(conversation), "form": form, "cancels": cancelled}
+                context = {**chat.chat_context(conversation), "form": form, "cancels": cancelled}
                 return render(request, "portal/chat.html", context)
             executed = commands.command_execute(
                 conversation=conversation, principal=principal, text=text
@@ -365,7 +378,7 @@ def chat_page(request):
             return redirect("portal-chat")
         except DomainError as error:
             form.add_error("text", error.detail)
-    return render(request, "portal/chat.html", {**_chat_context(conversation), "form": form})
+    return render(request, "portal/chat.html", {**chat.chat_context(conversation), "form": form})
 
 
 def _cancelled_by(conversation: Conversation, text: str) -> list[str]:
@@ -383,33 +396,10 @@ def chat_messages(request):
     """The chat's live part, polled by htmx with the digest of what the page shows: 204
     while that is still what it would show."""
     conversation = _chat_conversation(_chat_principal(request), create=False)
-    context = _chat_context(conversation)
+    context = chat.chat_context(conversation)
     if request.GET.get("seen") == context["digest"]:
         return HttpResponse(status=204)
     return render(request, "portal/_chat_messages.html", context)
-
-
-def _chat_context(conversation: Conversation | None) -> dict:
-    # Read before the rows: a change in between is then shown, and heard again.
-    digest = selectors.chat_digest(conversation=conversation)
-    rows = (
-        list(run_selectors.conversation_messages(conversation).select_related("run"))
-        if conversation
-        else []
-    )
-    for row, following in itertools.pairwise(rows):
-        # The customer answered the agent's question: the run's answer shows once, last.
-        row.answered_later = row.run_id is not None and following.run_id == row.run_id
-    notices = run_selectors.run_end_notices(
-        [row.run_id for row in rows if row.run and row.run.is_finished]
-    )
-    for row in rows:
-        row.notices = notices.get(row.run_id, [])
-    return {
-        "conversation": conversation,
-        "rows": rows,
-        "digest": digest,
-    }
 
 
 def _command_message(name: str, result: dict) -> str:
@@ -423,8 +413,19 @@ def _command_message(name: str, result: dict) -> str:
         return "Stopped." if result.get("cancelled_run_id") else "Nothing was running."
     if name == "/status":
         run = result.get("active_run")
-        state = f"the agent is {run['status'].lower()}" if run else "the agent is idle"
-        return f"Status: {state}; {result['pending_messages']} message(s) waiting."
+        state = (
+            f"Your request is {customer_words.RUN_STANDING.get(run['status'], 'being answered')}."
+            if run
+            else "The assistant is not working on anything."
+        )
+        waiting = result["pending_messages"]
+        if waiting:
+            state += (
+                " 1 more message waits its turn."
+                if waiting == 1
+                else f" {waiting} more messages wait their turn."
+            )
+        return state
     return f"{name} done."
 
 

@@ -85,6 +85,22 @@ def run_end_notices(run_ids: list) -> dict[Any, list[str]]:
     return notices
 
 
+def run_questions(run_ids: list) -> dict[Any, list[str]]:
+    """The questions these runs asked their customers, oldest first, by run: they stay part of
+    the conversation after they were answered."""
+    questions: dict[Any, list[str]] = {}
+    if not run_ids:
+        return questions
+    events = (
+        RunEvent.objects.filter(run_id__in=run_ids, type="input.requested")
+        .order_by("run_id", "seq")
+        .values_list("run_id", "data")
+    )
+    for run_id, data in events:
+        questions.setdefault(run_id, []).append(data.get("question", ""))
+    return questions
+
+
 def run_receipt(*, run: AgentRun, idempotency_key: str) -> RunInput | None:
     """The receipt a key left on a run, whoever's key it was (the newest, should two
     principals have used the same key)."""

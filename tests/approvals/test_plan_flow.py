@@ -108,7 +108,7 @@ def test_revision_replaces_wait_and_requires_new_confirmation(demo, api):
 
     # then: the run completes with version 2, once
     assert run.status == RunStatus.COMPLETED
-    assert "SHOE-TRAIL-41" in run.result
+    assert "Trail running shoes, size 42, for size 41" in run.result
     assert _types(run).count("plan.approved") == 1
     assert list(Proposal.objects.filter(ticket=ticket).values_list("version", flat=True)) == [1, 2]
 

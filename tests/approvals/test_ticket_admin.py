@@ -22,7 +22,7 @@ def test_a_supervisor_sees_the_plan_and_its_history_and_oscar_does_not(demo, api
     foreign = _signed_in("oscar").get(f"/admin/approvals/ticket/{ticket.pk}/change/")
 
     assert page.status_code == 200
-    assert "exchange 1 x SHOE-TRAIL-42 for SHOE-TRAIL-43" in page.text
+    assert "exchange 1 x Trail running shoes, size 42, for size 43" in page.text
     assert "confirmed" in page.text  # the business event
     assert "alice" in page.text  # the confirmation
     assert str(ticket.pk)[:8] in listing.text

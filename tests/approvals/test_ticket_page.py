@@ -29,12 +29,15 @@ def test_the_customer_confirms_and_the_supervisor_approves_on_the_page(demo):
     alice, sam = _signed_in("alice"), _signed_in("sam")
 
     page = alice.get(f"/portal/tickets/{ticket.pk}/")
-    assert "exchange 1 x SHOE-TRAIL-42 for SHOE-TRAIL-43" in page.text
+    assert "1 x Trail running shoes, size 42, for size 43" in page.text
+    assert "Waiting for your confirmation" in page.text
+    for internal in ("SHOE-TRAIL", "WAITING_CONFIRMATION", "demo-shop", "version 1"):
+        assert internal not in page.text
     assert "Confirm this plan" in page.text
     assert "Approve the plan" not in page.text
 
     confirmed = _act(alice, ticket, "confirm")
-    assert "a supervisor now reviews the plan" in confirmed.text
+    assert "a person of the shop now reviews the plan" in confirmed.text
     assert ticket_of(run).status == TicketStatus.WAITING_REVIEW
     inbox = sam.get("/portal/inbox/plans/")
     assert f"/portal/tickets/{ticket.pk}/" in inbox.text
@@ -70,7 +73,7 @@ def test_the_chat_links_the_plan_that_waits_for_the_customer(demo):
 
     ticket = ticket_of(User.objects.get(username="alice").agent_runs.get())
     assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/chat/messages/").text
-    assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/").text
+    assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/requests/").text
 
 
 def test_a_rejected_plan_says_so_with_the_note(demo, api):
@@ -83,9 +86,25 @@ def test_a_rejected_plan_says_so_with_the_note(demo, api):
 
     assert "Rejected by sam: worn soles" in rejected.text
     assert (
-        "Rejected by sam: worn soles"
+        "Declined by Demo Shop: worn soles"
         in _signed_in("alice").get(f"/portal/tickets/{ticket.pk}/").text
     )
+
+
+def test_the_customer_reads_back_the_changes_they_asked_for(demo):
+    # given alice asked for changes to her plan
+    ticket = ticket_of(exchange_run(demo))
+    alice = _signed_in("alice")
+    _act(alice, ticket, "changes", note="size 41 please, the 43 is too big")
+
+    # when she opens the plan again
+    page = alice.get(f"/portal/tickets/{ticket.pk}/")
+
+    # then her note is there in her words, and where the plan stands
+    assert "You asked for changes" in page.text
+    assert "size 41 please, the 43 is too big" in page.text
+    assert "Being changed by a person at Demo Shop, as you asked" in page.text
+    assert "NEEDS_REVISION" not in page.text
 
 
 def test_the_customers_home_links_a_waiting_plan_and_survives_an_unusable_wait(demo):
@@ -93,13 +112,13 @@ def test_the_customers_home_links_a_waiting_plan_and_survives_an_unusable_wait(d
     run = exchange_run(demo)
     ticket = ticket_of(run)
     alice = _signed_in("alice")
-    assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/").text
+    assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/requests/").text
 
     # when: the run's stored wait is damaged (an operator's case)
     AgentRun.objects.filter(pk=run.pk).update(wait_state={**run.wait_state, "ticket_id": None})
 
     # then: the page still answers, without the link
-    page = alice.get("/portal/")
+    page = alice.get("/portal/requests/")
     assert page.status_code == 200
     assert f"/portal/tickets/{ticket.pk}/" not in page.text
 

@@ -265,7 +265,7 @@ def test_a_plan_waiting_for_review_is_announced_to_the_supervisors(
     assert notifications.webhooks_deliver_due() == 1
     [(headers, body)] = hook.requests
     assert headers["X-AgentPortal-Event"] == "plan.review_requested"
-    assert json.loads(body)["summary"] == "exchange 1 x SHOE-TRAIL-42 for SHOE-TRAIL-43"
+    assert json.loads(body)["summary"] == "exchange 1 x Trail running shoes, size 42, for size 43"
     [email] = mailoutbox
     assert set(email.to) == {"sam@shop.test", "sue@example.com"}
     assert f"/portal/tickets/{ticket.pk}/" in email.body

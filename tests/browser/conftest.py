@@ -1,6 +1,7 @@
 """Pages in a real browser: Debian's Chromium driven by Playwright (never a downloaded one)."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -47,7 +48,8 @@ def signed_in(browser, live_server):
         page.fill("#id_username", username)
         page.fill("#id_password", password)
         page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/portal/")
+        # Supervisors land on their inbox, customers on their chat.
+        page.wait_for_url(re.compile(re.escape(f"{live_server.url}/portal/") + "(chat/)?$"))
         return page
 
     blocked: list[str] = []

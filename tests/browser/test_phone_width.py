@@ -47,7 +47,13 @@ def test_chat_inbox_approval_and_plan_pages_fit_a_phone(demo, signed_in, live_se
 
     # then each page fits and its actions can be tapped
     alice.goto(f"{live_server.url}/portal/chat/")
-    _fits_and_taps(alice, "page-chat", ["#chat-form button[type=submit]", "#chat-text"])
+    _fits_and_taps(
+        alice,
+        "page-chat",
+        ["#chat-form button[type=submit]", "#chat-text", "#stop-form button", "#new-form button"],
+    )
+    alice.goto(f"{live_server.url}/portal/requests/")
+    _fits_and_taps(alice, "page-requests", ["#back-to-chat"])
     alice.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
     _fits_and_taps(alice, "page-plan-customer", ["button[value=confirm]", "button[value=changes]"])
     sam.goto(f"{live_server.url}/portal/")

@@ -1,7 +1,10 @@
-"""The customer's chat page in a real browser: messages, answers as they come, /stop, /new."""
+"""The customer's chat page in a real browser: messages, answers as they come, a refund the
+shop decides, /stop and /new typed or by their buttons."""
 
 import pytest
+from django.contrib.auth.models import User
 
+from approvals import services
 from approvals.models import Approval, ApprovalStatus
 from runs import worker
 from runs.models import AgentRun, Conversation, RunStatus
@@ -22,7 +25,7 @@ def _refund_waiting(signed_in, live_server):
     alice.goto(f"{live_server.url}/portal/chat/")
     _send(alice, "I want a refund for ORD-1003 amount 20")
     worker.tick()
-    alice.wait_for_selector("text=waiting for a supervisor", timeout=10000)
+    alice.wait_for_selector("text=is waiting for a person at Demo Shop", timeout=10000)
     return alice
 
 
@@ -32,7 +35,7 @@ def test_customer_chats_sees_the_answer_live_and_starts_over(demo, signed_in, li
 
     # when: a question, answered by a worker while the page is open
     _send(alice, "What is the status of order ORD-1001?")
-    assert "started" in alice.inner_text("#chat-messages")
+    assert "writing an answer" in alice.inner_text("#chat-messages")
     worker.tick()
 
     # then: the answer appears without a reload
@@ -103,7 +106,7 @@ def test_new_warns_before_cancelling_a_refund_that_waits_for_a_supervisor(
     # then she is told what it would cancel, and nothing is cancelled yet
     warning = alice.inner_text("#confirm-new")
     screenshot(alice, "chat-new-warning-phone")
-    assert "Your refund of 20.00 for ORD-1003 is waiting for a supervisor." in warning
+    assert "Your refund of 20.00 EUR for ORD-1003 is waiting for a person at Demo Shop." in warning
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING_APPROVAL
 
@@ -153,3 +156,62 @@ def test_the_chat_is_left_alone_while_nothing_changes(demo, signed_in, live_serv
     assert [request.url for request in requests] == []
     assert alice.evaluate("() => window.getSelection().toString()") == selected
     assert alice.get_attribute("#chat-messages", "aria-live") == "polite"
+
+
+def test_a_refund_the_shop_revised_says_what_was_refunded_instead(demo, signed_in, live_server):
+    # given alice's refund of 20.00 waits for the shop, her chat open on a phone
+    alice = _refund_waiting(signed_in, live_server)
+    waiting = alice.inner_text(".waiting")
+    assert "You can leave this page: we will email you at alice@example.com" in waiting
+    screenshot(alice, "chat-refund-waiting-phone")
+
+    # when sam approves 15.00 instead, with his reason, and the assistant carries it out
+    approval = Approval.objects.get()
+    services.approval_decide_as_user(
+        approval=approval,
+        user=User.objects.get(username="sam"),
+        decision="revise",
+        tool_args={**approval.proposed_args, "amount": "15.00"},
+        reason="one shirt was worn before it came back",
+    )
+    worker.tick()
+
+    # then her chat says, without a reload, what was refunded instead and why
+    notice = alice.wait_for_selector(".notice", timeout=10000).inner_text()
+    assert notice == (
+        "We refunded 15.00 EUR instead of 20.00 EUR for ORD-1003: one shirt was worn before it "
+        "came back."
+    )
+    assert "15.00 EUR" in alice.inner_text(".answer")
+    screenshot(alice, "chat-refund-revised-phone")
+    alice.set_viewport_size({"width": 1280, "height": 900})
+    screenshot(alice, "chat-refund-revised-desktop")
+    assert alice.evaluate("() => document.documentElement.scrollWidth") <= 1280
+
+
+def test_the_stop_and_new_conversation_buttons(demo, signed_in, live_server):
+    # given alice's refund waits for the shop, her chat open on a phone
+    alice = _refund_waiting(signed_in, live_server)
+    screenshot(alice, "chat-buttons-phone")
+    assert alice.evaluate("() => document.documentElement.scrollWidth") <= 390
+
+    # when she presses Stop
+    alice.click("#stop-form button")
+
+    # then the refund is stopped, and the page says nothing was done
+    assert "Stopped." in alice.inner_text(".messages")
+    assert "Nothing was done" in alice.wait_for_selector(".notice", timeout=10000).inner_text()
+    assert Approval.objects.get().status == ApprovalStatus.CANCELLED
+
+    # when a new refund waits and she presses New conversation
+    _send(alice, "I want a refund for ORD-1004 amount 10")
+    worker.tick()
+    alice.wait_for_selector("text=Your refund of 10.00 EUR for ORD-1004", timeout=10000)
+    alice.click("#new-form button")
+
+    # then she is warned first, and starts over only once she confirms
+    assert "ORD-1004" in alice.inner_text("#confirm-new")
+    screenshot(alice, "chat-new-button-warning-phone")
+    alice.click("#confirm-new button")
+    assert "Started a new conversation." in alice.inner_text(".messages")
+    assert "No messages yet." in alice.inner_text("#chat-messages")

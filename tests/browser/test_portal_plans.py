@@ -25,10 +25,10 @@ def test_plan_confirmed_by_the_customer_and_approved_by_a_supervisor(demo, signe
     # when: she follows the link the chat shows and confirms
     alice.wait_for_selector(".plan a", timeout=10000)
     alice.click(".plan a")
-    assert "SHOE-TRAIL-43" in alice.inner_text("#plan-summary")
+    assert "Trail running shoes, size 42, for size 43" in alice.inner_text("#plan-summary")
     screenshot(alice, "plan-to-confirm")
     alice.click("button[value=confirm]")
-    assert "a supervisor now reviews the plan" in alice.inner_text(".messages")
+    assert "a person of the shop now reviews the plan" in alice.inner_text(".messages")
     ticket = Ticket.objects.get()
     run = AgentRun.objects.get()
     plans.plan_reconcile(run_id=run.pk)
@@ -105,7 +105,7 @@ def test_enter_in_the_supervisors_rejection_note_rejects(demo, signed_in, live_s
 
     # then alice's open page says so without a reload, and no longer offers to confirm
     alice.wait_for_selector("#plan-review:has-text('size 43 is sold out')", timeout=3000)
-    assert "Rejected by sam" in alice.inner_text("#plan-review")
+    assert "Declined by Demo Shop" in alice.inner_text("#plan-review")
     assert alice.locator("#plan-form").count() == 0
 
 

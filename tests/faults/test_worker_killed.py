@@ -83,7 +83,7 @@ def test_worker_killed_inside_slow_tool_resumes_elsewhere_without_repeating_work
     run = AgentRun.objects.get(pk=run_id)
     assert run.status == RunStatus.COMPLETED, (run.error_code, run.error_detail)
     assert "ORD-1002" in run.result
-    assert "SHOE-TRAIL-43" in run.result
+    assert "Trail running shoes (size 43)" in run.result
     types = list(
         RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("type", flat=True)
     )

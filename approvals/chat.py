@@ -1,0 +1,82 @@
+"""What the customer's chat shows beside each message, in the customer's words: where the
+message stands, the question the assistant asked (also once answered), who decides a request
+that waits for the shop and until when, and what they decided. Read queries only."""
+
+import itertools
+
+from approvals import customer_words, selectors
+from approvals.models import TICKET_OPEN_STATUSES, Approval, ApprovalStatus, Ticket
+from runs import selectors as run_selectors
+from runs.models import Conversation, RunStatus
+
+
+def chat_context(conversation: Conversation | None) -> dict:
+    # Read before the rows: a change in between is then shown, and heard again.
+    digest = selectors.chat_digest(conversation=conversation)
+    rows = (
+        list(run_selectors.conversation_messages(conversation).select_related("run"))
+        if conversation
+        else []
+    )
+    for row in rows:
+        row.answered_later = False
+    for row, following in itertools.pairwise(rows):
+        # The customer answered the agent's question: the run's answer shows once, last.
+        row.answered_later = row.run_id is not None and following.run_id == row.run_id
+    run_ids = [row.run_id for row in rows if row.run_id]
+    # A run's questions in the order they were asked, as its answered rows come.
+    questions = {
+        run_id: iter(asked) for run_id, asked in run_selectors.run_questions(run_ids).items()
+    }
+    notices = run_selectors.run_end_notices(
+        [row.run_id for row in rows if row.run and row.run.is_finished]
+    )
+    decisions, waiting = _decisions_and_waits(conversation, run_ids) if rows else ({}, {})
+    for row in rows:
+        row.standing = customer_words.MESSAGE_STANDING.get(row.status, "")
+        row.question = next(questions.get(row.run_id, iter(())), "") if row.answered_later else ""
+        row.notices = decisions.get(row.run_id, []) + notices.get(row.run_id, [])
+        row.waiting = (
+            waiting.get(row.run_id)
+            if row.run and row.run.status == RunStatus.WAITING_APPROVAL
+            else None
+        )
+    return {
+        "conversation": conversation,
+        "shop": conversation.merchant.name if conversation else "",
+        "rows": rows,
+        "digest": digest,
+    }
+
+
+def _decisions_and_waits(conversation: Conversation, run_ids: list) -> tuple[dict, dict]:
+    """By run: what a person of the shop decided that the customer must hear, and what
+    waits for such a person (what, until when, whether we will email the customer)."""
+    shop = conversation.merchant.name
+    email = conversation.customer.email
+    approvals = list(Approval.objects.filter(run_id__in=run_ids).order_by("created_at", "pk"))
+    currencies = customer_words.currencies_of(approvals)
+    decisions: dict = {}
+    waiting: dict = {}
+    for approval in approvals:
+        currency = customer_words.currency_of(approval, currencies)
+        told = customer_words.decision_told(approval, currency, shop)
+        if told:
+            decisions.setdefault(approval.run_id, []).append(told)
+        if approval.status == ApprovalStatus.PENDING_APPROVAL:
+            waiting[approval.run_id] = {
+                "what": customer_words.call_described(approval, currency),
+                "until": approval.expires_at,
+                "email": email,
+            }
+    plans = Ticket.objects.filter(run_id__in=run_ids, status__in=TICKET_OPEN_STATUSES)
+    for ticket in plans.select_related("order", "run"):
+        waiting.setdefault(
+            ticket.run_id,
+            {
+                "what": f"your exchange plan for {ticket.order.number}",
+                "until": ticket.run.wait_deadline_at,
+                "email": None,
+            },
+        )
+    return decisions, waiting

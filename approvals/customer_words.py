@@ -1,0 +1,156 @@
+"""The after-sales items in the customer's words: amounts with their currency, what a person
+of the shop decided about a request, an exchange plan's lines, where a request stands. The
+customer's pages and emails say these; no status name, stock code or shop slug reaches them."""
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from approvals.models import Approval, ApprovalStatus, Decision, Order, TicketStatus
+from runs.models import MessageStatus, RunStatus
+
+# What a call does, in the customer's words.
+CALL_NAMES = {"issue_refund": "refund"}
+
+
+def money(amount: Any, currency: str) -> str:
+    """`25.00 EUR`; an amount that is not a number is shown as it came."""
+    try:
+        return f"{Decimal(str(amount)):.2f} {currency}"
+    except InvalidOperation:
+        return f"{amount} {currency}"
+
+
+def call_name(tool_name: str) -> str:
+    return CALL_NAMES.get(tool_name, tool_name.replace("_", " "))
+
+
+def call_described(approval: Approval, currency: str) -> str:
+    """`your refund of 30.00 EUR for ORD-1001`, as the customer asked for it."""
+    arguments = approval.proposed_args
+    if approval.tool_name == "issue_refund":
+        return (
+            f"your refund of {money(arguments.get('amount'), currency)} "
+            f"for {arguments.get('order_id')}"
+        )
+    return f"your {call_name(approval.tool_name)} request"
+
+
+def decision_told(approval: Approval, currency: str, shop: str) -> str | None:
+    """What a person of the shop decided about the call, when the customer must hear it from
+    us: a changed amount, a refusal, nobody in time; None while nothing was decided, or when
+    it went ahead as asked (the assistant's answer says so)."""
+    what = call_described(approval, currency)
+    if approval.status == ApprovalStatus.REJECTED:
+        return f"{shop} declined {what}{_because(approval.reason)}"
+    if approval.status == ApprovalStatus.EXPIRED:
+        return f"Nobody at {shop} could decide on {what} in time, so nothing was done."
+    if approval.decision == Decision.REVISE and approval.status in (
+        ApprovalStatus.APPROVED_EXECUTING,
+        ApprovalStatus.EXECUTED,
+    ):
+        return _revision_told(approval, currency, shop)
+    return None
+
+
+def _revision_told(approval: Approval, currency: str, shop: str) -> str | None:
+    asked = approval.proposed_args.get("amount")
+    given = (approval.executed_args or approval.approved_args or {}).get("amount")
+    because = _because(approval.reason)
+    if (
+        approval.tool_name != "issue_refund"
+        or given is None
+        or money(asked, "") == money(given, "")
+    ):
+        return f"{shop} changed {call_described(approval, currency)} before approving it{because}"
+    verb = "refunded" if approval.status == ApprovalStatus.EXECUTED else "are refunding"
+    return (
+        f"We {verb} {money(given, currency)} instead of {money(asked, currency)} "
+        f"for {approval.proposed_args.get('order_id')}{because}"
+    )
+
+
+def _because(reason: str) -> str:
+    """`: <reason>.` ending the sentence that names a decision, or just its full stop."""
+    reason = reason.strip()
+    if not reason:
+        return "."
+    return f": {reason}" if reason[-1] in ".!?" else f": {reason}."
+
+
+def decision_email(approval: Approval, currency: str, shop: str) -> tuple[str, str]:
+    """The subject and the first lines of the email that tells the customer a decision."""
+    what = call_described(approval, currency)
+    told = decision_told(approval, currency, shop)
+    if approval.status == ApprovalStatus.REJECTED:
+        return f"{shop} declined {what}", told
+    if approval.status == ApprovalStatus.EXPIRED:
+        return f"No decision in time on {what}", f"{told} You are welcome to ask again."
+    if told is not None:
+        return f"{shop} approved {what}, changed", told
+    return f"{shop} approved {what}", f"{shop} approved {what}. The assistant carries it out now."
+
+
+def currencies_of(approvals: list[Approval]) -> dict[tuple[int, str], str]:
+    """The currency of each order the calls name, by (shop, order number), in one query."""
+    numbers = {str(a.proposed_args.get("order_id", "")).upper() for a in approvals}
+    shops = {a.merchant_id for a in approvals}
+    rows = Order.objects.filter(merchant_id__in=shops, number__in=numbers).values_list(
+        "merchant_id", "number", "currency"
+    )
+    return {(shop, number): currency for shop, number, currency in rows}
+
+
+def currency_of(approval: Approval, currencies: dict[tuple[int, str], str]) -> str:
+    number = str(approval.proposed_args.get("order_id", "")).upper()
+    return currencies.get((approval.merchant_id, number), Order._meta.get_field("currency").default)
+
+
+def plan_lines(order: Order, items: list[dict[str, Any]]) -> list[str]:
+    """An exchange plan's lines by the products' names and sizes:
+    `1 x Trail running shoes, size 42, for size 43`."""
+    bought = {line["sku"]: line for line in order.items}
+    lines = []
+    for item in items:
+        line = bought.get(item["sku"], {})
+        name = line.get("name", "an item")
+        size = line.get("size", "")
+        new_size = item["new_sku"].rpartition("-")[2]
+        if size and new_size and new_size != item["new_sku"]:
+            lines.append(f"{item['quantity']} x {name}, size {size}, for size {new_size}")
+        else:
+            lines.append(f"{item['quantity']} x {name}, for another of its kind")
+    return lines
+
+
+# Where a request stands, as the customer's list of requests and /status say it.
+RUN_STANDING = {
+    RunStatus.QUEUED: "sent, waiting its turn",
+    RunStatus.RUNNING: "being answered",
+    RunStatus.WAITING_USER: "waiting for you",
+    RunStatus.WAITING_APPROVAL: "waiting for a person of the shop",
+    RunStatus.PARKED: "a person of the shop is looking into it",
+    RunStatus.COMPLETED: "answered",
+    RunStatus.FAILED: "could not be completed",
+    RunStatus.CANCELLED: "stopped",
+}
+
+# A message's own state beside it in the chat; a message being answered needs none.
+MESSAGE_STANDING = {
+    MessageStatus.QUEUED: "sent, answered after the one before",
+    MessageStatus.HELD: "sent, a person of the shop will answer",
+    MessageStatus.CANCELLED: "not answered: stopped",
+}
+
+# Where an exchange plan stands, for its customer; `{shop}` is the shop's name.
+TICKET_STANDING = {
+    TicketStatus.WAITING_CONFIRMATION: "waiting for your confirmation",
+    TicketStatus.NEEDS_REVISION: "being changed by a person at {shop}, as you asked",
+    TicketStatus.WAITING_REVIEW: "confirmed by you, waiting for a person at {shop} to approve it",
+    TicketStatus.APPROVED: "approved by {shop}",
+    TicketStatus.REJECTED: "declined by {shop}",
+    TicketStatus.CANCELLED: "cancelled: nothing will change",
+}
+
+
+def ticket_standing(status: str, shop: str) -> str:
+    return TICKET_STANDING.get(status, "").format(shop=shop)

@@ -8,6 +8,7 @@ from approvals import customer_words, selectors
 from approvals.models import TICKET_OPEN_STATUSES, Approval, ApprovalStatus, Ticket
 from runs import selectors as run_selectors
 from runs.models import Conversation, RunStatus
+from runs.timeline import progress_of
 
 
 def chat_context(conversation: Conversation | None) -> dict:
@@ -18,7 +19,10 @@ def chat_context(conversation: Conversation | None) -> dict:
         if conversation
         else []
     )
+    running = [row.run_id for row in rows if row.run and not row.run.is_finished]
+    latest = run_selectors.runs_latest_events(running) if running else {}
     for row in rows:
+        row.progress = progress_of(latest.get(row.run_id))
         row.answered_later = False
     for row, following in itertools.pairwise(rows):
         # The customer answered the agent's question: the run's answer shows once, last.

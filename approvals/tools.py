@@ -257,6 +257,7 @@ def register() -> None:
             args_model=LookupOrderArgs,
             policy=Policy.AUTO,
             executor=lookup_order,
+            progress="Looking up your order…",
         ),
         Tool(
             name="list_orders",
@@ -264,6 +265,7 @@ def register() -> None:
             args_model=ListOrdersArgs,
             policy=Policy.AUTO,
             executor=list_orders,
+            progress="Looking at your orders…",
         ),
         Tool(
             name="check_exchange_eligibility",
@@ -271,6 +273,7 @@ def register() -> None:
             args_model=ExchangeEligibilityArgs,
             policy=Policy.AUTO,
             executor=check_exchange_eligibility,
+            progress="Checking whether it can be exchanged…",
         ),
         Tool(
             name="issue_refund",
@@ -278,6 +281,7 @@ def register() -> None:
             args_model=IssueRefundArgs,
             policy=APPROVAL_INTERRUPT.policy,
             executor=issue_refund,
+            progress="Issuing the refund…",
         ),
         Tool(
             name="request_clarification",
@@ -293,6 +297,7 @@ def register() -> None:
             ),
             args_model=ExchangeProposalArgs,
             policy=PLAN_INTERRUPT.policy,
+            progress="Preparing an exchange plan…",
         ),
         Tool(
             name="create_followup_request",
@@ -301,6 +306,7 @@ def register() -> None:
             args_model=FollowupArgs,
             policy=Policy.FOLLOWUP,
             executor=create_followup_request,
+            progress="Asking a colleague to follow up…",
         ),
         Tool(
             name="check_stock",
@@ -309,6 +315,7 @@ def register() -> None:
             policy=Policy.AUTO,
             executor=check_stock,
             blocking=True,
+            progress="Checking warehouse stock…",
         ),
     ):
         tool_register(tool)

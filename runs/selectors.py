@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import models
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from agentportal.principals import Principal
@@ -194,6 +194,12 @@ def conversations_visible_to(principal: Principal) -> QuerySet[Conversation]:
     if principal.is_customer:
         conversations = conversations.filter(customer=principal.user)
     return conversations
+
+
+def runs_latest_events(run_ids) -> dict:
+    """By run: its latest event (what it is doing now), in one query."""
+    latest = RunEvent.objects.filter(run_id__in=run_ids, seq=F("run__last_event_seq"))
+    return {event.run_id: event for event in latest}
 
 
 def conversation_messages(conversation: Conversation) -> QuerySet[ConversationMessage]:

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from runs.models import RunEvent
+from runs.tools import TOOLS
 
 # A tool's answer is shown up to this many characters; the admin keeps the whole payload.
 SHOWN_CHARACTERS = 240
@@ -96,6 +97,15 @@ def event_sentence(event: RunEvent, *, decided_by: dict[str, str] | None = None)
     if sentence is not None:
         return sentence(data)
     return f"{event.type}: {_shortened(_value(data))}" if data else event.type
+
+
+def progress_of(event: RunEvent | None) -> str:
+    """What a running run is doing, for the person waiting: the words of the tool it calls,
+    or nothing (the page says the answer is being written)."""
+    if event is None or event.type != "tool.started":
+        return ""
+    tool = TOOLS.get(event.data.get("tool", ""))
+    return tool.progress if tool and tool.progress else "Working on it…"
 
 
 def run_timeline(run, *, decided_by: dict[str, str] | None = None) -> list[dict]:

@@ -74,6 +74,8 @@ class Tool:
     blocking: bool = False
     # A blocking call's time limit, at most AGENTPORTAL_TOOL_TIMEOUT_SECONDS (None: that).
     timeout_seconds: float | None = None
+    # A few words for the person waiting while it runs ("Checking warehouse stock…").
+    progress: str = ""
 
     def timeout(self) -> float:
         limit = settings.AGENTPORTAL["TOOL_TIMEOUT_SECONDS"]

@@ -1,8 +1,11 @@
 """The customer's chat in plain words: no status names, amounts with their currency, what a
 person of the shop decided, the assistant's questions kept, Stop and New conversation."""
 
+import threading
+import time
 from datetime import timedelta
 
+import pytest
 import time_machine
 from django.contrib.auth.models import User
 from django.test import Client
@@ -226,3 +229,26 @@ def test_a_refund_nobody_decided_in_time_says_so(demo):
     # then
     assert "Nobody at Demo Shop could decide on your refund of 30.00 EUR" in page
     assert _internals_in(page) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_step_says_what_the_assistant_is_doing(demo, settings):
+    # given the warehouse takes two seconds to answer
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "STOCK_LATENCY_SECONDS": 2.0}
+    alice = _signed_in("alice")
+    alice.post("/portal/chat/", {"text": "Is there stock of the shoes of ORD-1002 in size 43?"})
+
+    # when a worker takes the request while alice's chat is open
+    working = threading.Thread(target=worker.tick)
+    working.start()
+    pages = []
+    while working.is_alive():
+        pages.append(_chat(alice))
+        time.sleep(0.1)
+    working.join()
+
+    # then while the stock was checked, the chat said so
+    assert any("Checking warehouse stock…" in page for page in pages)
+    answered = _chat(alice)
+    assert "Checking warehouse stock…" not in answered
+    assert "in stock" in answered

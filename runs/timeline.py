@@ -13,7 +13,10 @@ SHOWN_CHARACTERS = 240
 
 def _value(value) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{key.replace('_', ' ')} {_value(item)}" for key, item in value.items())
+        # By name: PostgreSQL's jsonb does not keep the order the keys were written in.
+        return ", ".join(
+            f"{key.replace('_', ' ')} {_value(item)}" for key, item in sorted(value.items())
+        )
     if isinstance(value, list):
         if all(isinstance(item, str | int | float) for item in value):
             return ", ".join(map(str, value))

@@ -37,7 +37,7 @@ def test_each_step_reads_as_a_sentence():
                 result={"order_id": "ORD-1003", "items": [{"sku": "A"}, {"sku": "B"}]},
             )
         )
-        == "lookup_order succeeded: order id ORD-1003, items 2 items"
+        == "lookup_order succeeded: items 2 items, order id ORD-1003"
     )
     assert (
         event_sentence(
@@ -48,7 +48,7 @@ def test_each_step_reads_as_a_sentence():
                 expires_at="2026-12-03T22:11:29.984872+00:00",
             )
         )
-        == "Waiting for a person to decide issue_refund (order id ORD-1003, amount 20.00) "
+        == "Waiting for a person to decide issue_refund (amount 20.00, order id ORD-1003) "
         "until 2026-12-03 22:11:29 UTC"
     )
     assert event_sentence(_event("run.cancelled", reason="stopped by the customer")) == (
@@ -97,7 +97,7 @@ def test_the_call_page_shows_the_timeline_in_words_with_the_decider(demo):
     page = client.get(f"/portal/approvals/{approval.interrupt_id}/").content.decode()
 
     # then
-    assert "Revised by sam: “only the shoes”; to run with order id ORD-1003, amount 12.50" in page
-    assert "issue_refund succeeded: status executed" in page
+    assert "Revised by sam: “only the shoes”; to run with amount 12.50, order id ORD-1003" in page
+    assert "issue_refund succeeded: amount 12.50" in page and "status executed" in page
     decided = approval.run.events.get(type="approval.decided")
     assert decided.created_at.strftime("%Y-%m-%d %H:%M:%S") in page

@@ -17,13 +17,12 @@ from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
-from approvals import decision_context, live, plans, selectors, services
+from approvals import decision_context, live, plan_selectors, plans, selectors, services
 from approvals.forms import ArgumentsForm, DecisionForm
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
     ApprovalStatus,
-    BusinessEventKind,
     Decision,
     PlanDecision,
     TicketStatus,
@@ -297,10 +296,7 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
         "current": ticket.proposals.get(version=ticket.version),
         "confirmation": ticket.confirmations.filter(proposal_version=ticket.version).first(),
         "review": ticket.reviews.filter(proposal_version=ticket.version).first(),
-        "changes_requested": ticket.events.filter(kind=BusinessEventKind.CHANGES_REQUESTED)
-        .select_related("actor_user")
-        .order_by("-id")
-        .first(),
+        "changes_requested": plan_selectors.plan_changes_requested(ticket),
         "can_confirm": is_customer and ticket.status == TicketStatus.WAITING_CONFIRMATION,
         "can_review": not is_customer and ticket.status == TicketStatus.WAITING_REVIEW,
         "can_revise": not is_customer and ticket.status in TICKET_OPEN_STATUSES,

@@ -1,5 +1,6 @@
 """Reads for exchange plans in people's words: what a supervisor revising a plan chooses from
-(the order's products and the sizes the shop stocks), and what the customer last asked for.
+(the order's products and the sizes the shop stocks), what changed between two versions, and
+what the customer last asked for.
 
 An SKU names its size last ("SHOE-TRAIL-43"): the rest is the product, as the exchange tool
 and its rule (another size of the same product) read it.
@@ -8,6 +9,7 @@ and its rule (another size of the same product) read it.
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
+from typing import Any
 
 from django.db.models import Q
 
@@ -104,6 +106,50 @@ def plan_product_choices(order: Order, *, also: list[str] = ()) -> list[ProductC
             )
         )
     return choices
+
+
+@dataclass(frozen=True)
+class PlanChange:
+    """One product's line in two versions; None where the version has no line for it."""
+
+    product: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    from_version: int
+    to_version: int
+    changes: list[PlanChange]
+
+
+def _line_words(line: dict[str, Any]) -> str:
+    size = f"size {size_of(line['new_sku']) or line['new_sku']}"
+    quantity = line.get("quantity", 1)
+    return size if quantity == 1 else f"{size}, quantity {quantity}"
+
+
+def plan_diff(ticket: Ticket) -> PlanDiff | None:
+    """What the current version changed from the one before, product by product, in words
+    ("size 43" -> "size 44"); None for a first version."""
+    if ticket.version < 2:
+        return None
+    items = dict(
+        ticket.proposals.filter(version__in=(ticket.version - 1, ticket.version)).values_list(
+            "version", "items"
+        )
+    )
+    names = {item["sku"]: item.get("name") or item["sku"] for item in ticket.order.items}
+    before = {line["sku"]: line for line in items.get(ticket.version - 1, [])}
+    after = {line["sku"]: line for line in items.get(ticket.version, [])}
+    changes = []
+    for sku in [*before, *(sku for sku in after if sku not in before)]:
+        was = _line_words(before[sku]) if sku in before else None
+        now = _line_words(after[sku]) if sku in after else None
+        if was != now:
+            changes.append(PlanChange(product=names.get(sku, sku), before=was, after=now))
+    return PlanDiff(from_version=ticket.version - 1, to_version=ticket.version, changes=changes)
 
 
 def plan_changes_requested(ticket: Ticket) -> BusinessEvent | None:

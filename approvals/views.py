@@ -297,6 +297,7 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
         "confirmation": ticket.confirmations.filter(proposal_version=ticket.version).first(),
         "review": ticket.reviews.filter(proposal_version=ticket.version).first(),
         "changes_requested": plan_selectors.plan_changes_requested(ticket),
+        "plan_diff": plan_selectors.plan_diff(ticket),
         "can_confirm": is_customer and ticket.status == TicketStatus.WAITING_CONFIRMATION,
         "can_review": not is_customer and ticket.status == TicketStatus.WAITING_REVIEW,
         "can_revise": not is_customer and ticket.status in TICKET_OPEN_STATUSES,

@@ -1,10 +1,13 @@
-"""A plan in people's words: the sizes a revision picks from."""
+"""A plan in people's words: the sizes a revision picks from, and what changed between
+versions."""
 
 from django.contrib.auth.models import User
 
 from approvals.forms import PlanLineForm
-from approvals.plan_selectors import plan_product_choices
+from approvals.models import Proposal, Ticket
+from approvals.plan_selectors import plan_diff, plan_product_choices
 from tests import factories
+from tests.approvals.plan_helpers import exchange_run, ticket_of
 
 SHOES = {"sku": "SHOE-TRAIL-42", "name": "Trail running shoes", "size": "42", "quantity": 1}
 TEES = {"sku": "TEE-BASIC-M", "name": "Basic T-shirt", "size": "M", "quantity": 2}
@@ -60,3 +63,31 @@ def test_a_size_of_another_product_or_more_than_the_order_holds_is_refused(demo)
     # then
     assert form.errors == {"quantity": ["The order holds only 1."]}
     assert mixed.errors == {"size": ["Pick a size of the Trail running shoes."]}
+
+
+def test_the_diff_says_what_changed_product_by_product(demo):
+    # given: a plan whose version 2 changes the shoes' size and adds the shirts
+    ticket = ticket_of(exchange_run(demo))
+    ticket.order.items = [SHOES, TEES]
+    ticket.order.save()
+    Proposal.objects.create(
+        ticket=ticket,
+        version=2,
+        summary="-",
+        items=[
+            {"sku": "SHOE-TRAIL-42", "new_sku": "SHOE-TRAIL-44", "quantity": 1},
+            {"sku": "TEE-BASIC-M", "new_sku": "TEE-BASIC-L", "quantity": 2},
+        ],
+    )
+    Ticket.objects.filter(pk=ticket.pk).update(version=2)
+    ticket.refresh_from_db()
+
+    # when
+    diff = plan_diff(ticket)
+
+    # then
+    assert (diff.from_version, diff.to_version) == (1, 2)
+    assert [(c.product, c.before, c.after) for c in diff.changes] == [
+        ("Trail running shoes", "size 43", "size 44"),
+        ("Basic T-shirt", None, "size L, quantity 2"),
+    ]

@@ -165,6 +165,25 @@ def test_a_closed_plan_says_why_and_offers_no_form(demo, api):
     assert "/revise/" not in sam.get(f"/portal/tickets/{ticket.pk}/").text
 
 
+def test_the_plan_page_links_the_supervisor_and_shows_both_people_the_diff(demo, api):
+    # given: a plan revised from 43 to 41
+    ticket = ticket_of(exchange_run(demo))
+    sam = _signed_in("sam")
+    assert f"/portal/tickets/{ticket.pk}/revise/" in sam.get(f"/portal/tickets/{ticket.pk}/").text
+    assert 'id="plan-diff"' not in sam.get(f"/portal/tickets/{ticket.pk}/").text
+    _propose(sam, ticket, size="SHOE-TRAIL-41")
+
+    # when
+    pages = [_signed_in(who).get(f"/portal/tickets/{ticket.pk}/").text for who in ("alice", "sam")]
+
+    # then: both read what changed, in sizes; only the supervisor gets the revise link
+    for page in pages:
+        assert "What changed from version 1 to version 2" in page
+        assert "<strong>Trail running shoes</strong>: size 43 → size 41" in page
+    assert "/revise/" not in pages[0]
+    assert "/revise/" in pages[1]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_supervisors_proposing_at_once_make_exactly_one_new_version(demo):
     # given: plenty of stock, and sam and sue on the same version 1

@@ -1,11 +1,14 @@
-"""The portal's forms for a supervisor's decision: the decision itself, and the call's
-arguments as a field each, built from the tool's argument model."""
+"""The portal's forms for a supervisor's decision: the decision itself, the call's arguments
+as a field each, built from the tool's argument model, and a plan's revision picked from the
+shop's stock."""
 
 import json
 from typing import Any
 
 from django import forms
 from pydantic import BaseModel
+
+from approvals.plan_selectors import ProductChoice
 
 
 class DecisionForm(forms.Form):
@@ -82,3 +85,98 @@ class ArgumentsForm(forms.Form):
             else:
                 arguments[name] = text
         return None if self.errors else arguments
+
+
+# --- revising a plan -----------------------------------------------------------------------------
+
+
+class StockSelect(forms.Select):
+    """A size picker whose out-of-stock sizes cannot be picked, unless already chosen: the
+    page then shows the truth, and the form refuses it beside the field."""
+
+    def __init__(self, out_of_stock: set[str], *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out_of_stock = out_of_stock
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if value in self.out_of_stock and not selected:
+            option["attrs"]["disabled"] = True
+        return option
+
+
+class PlanLineForm(forms.Form):
+    """One line of a plan: which product of the order, for which size, how many."""
+
+    product = forms.ChoiceField(label="Product bought")
+    size = forms.ChoiceField(label="New size")
+    quantity = forms.IntegerField(label="How many", min_value=1, max_value=20, initial=1)
+
+    def __init__(self, *args, products: list[ProductChoice], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.products = {product.sku: product for product in products}
+        self.fields["product"].choices = [(p.sku, p.label) for p in products]
+        self.fields["size"].widget = StockSelect(
+            {size.sku for p in products for size in p.sizes if not size.in_stock}
+        )
+        # Grouped by product: one picker for every product of the order, no script needed.
+        self.fields["size"].choices = [
+            (p.name, [(size.sku, size.label) for size in p.sizes]) for p in products
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        product = self.products.get(cleaned.get("product"))
+        quantity = cleaned.get("quantity")
+        if product is None or quantity is None or "size" not in cleaned:
+            return cleaned
+        size = product.size_for(cleaned["size"])
+        if size is None:
+            self.add_error("size", f"Pick a size of the {product.name}.")
+        elif not size.in_stock:
+            self.add_error("size", f"Size {size.size} is out of stock: pick another size.")
+        elif size.in_stock < quantity:
+            self.add_error("size", f"Only {size.in_stock} of size {size.size} in stock.")
+        if quantity > product.quantity:
+            self.add_error("quantity", f"The order holds only {product.quantity}.")
+        return cleaned
+
+    def item(self) -> dict[str, Any]:
+        """The line as the plan's items name it. Call after is_valid()."""
+        return {
+            "sku": self.cleaned_data["product"],
+            "new_sku": self.cleaned_data["size"],
+            "quantity": self.cleaned_data["quantity"],
+        }
+
+
+class BasePlanLineFormSet(forms.BaseFormSet):
+    def clean(self):
+        if any(self.errors):
+            return
+        products = [form.cleaned_data["product"] for form in self.forms]
+        if len(products) != len(set(products)):
+            raise forms.ValidationError("Each product goes on one line only.")
+
+
+# As many lines as a plan may hold (the tool's own limit), at least one.
+PlanLineFormSet = forms.formset_factory(
+    PlanLineForm,
+    formset=BasePlanLineFormSet,
+    extra=0,
+    min_num=1,
+    max_num=10,
+    validate_min=True,
+    validate_max=True,
+)
+
+
+class PlanRevisionForm(forms.Form):
+    # The version the supervisor looked at: a colleague's newer one is never overwritten.
+    proposal_version = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
+    note = forms.CharField(
+        label="Note for the customer (optional)",
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals import views
+from approvals import plan_views, views
 
 urlpatterns = [
     path("", views.portal_home, name="portal"),
@@ -10,6 +10,11 @@ urlpatterns = [
     path("approvals/<str:interrupt_id>/", views.approval_page, name="portal-approval"),
     path("approvals/<str:interrupt_id>/live/", views.approval_live, name="portal-approval-live"),
     path("tickets/<uuid:ticket_id>/", views.ticket_page, name="portal-ticket"),
+    path(
+        "tickets/<uuid:ticket_id>/revise/",
+        plan_views.ticket_revise_page,
+        name="portal-ticket-revise",
+    ),
     path("tickets/<uuid:ticket_id>/live/", views.ticket_live, name="portal-ticket-live"),
     path("chat/", views.chat_page, name="portal-chat"),
     path("chat/messages/", views.chat_messages, name="portal-chat-messages"),

@@ -16,13 +16,21 @@ from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
-from approvals import chat, customer_words, decision_context, live, plans, selectors, services
+from approvals import (
+    chat,
+    customer_words,
+    decision_context,
+    live,
+    plan_selectors,
+    plans,
+    selectors,
+    services,
+)
 from approvals.forms import ArgumentsForm, DecisionForm
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
     ApprovalStatus,
-    BusinessEventKind,
     Decision,
     PlanDecision,
     TicketStatus,
@@ -316,10 +324,8 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
         "current": current,
         "confirmation": ticket.confirmations.filter(proposal_version=ticket.version).first(),
         "review": ticket.reviews.filter(proposal_version=ticket.version).first(),
-        "changes_requested": ticket.events.filter(kind=BusinessEventKind.CHANGES_REQUESTED)
-        .select_related("actor_user")
-        .order_by("-id")
-        .first(),
+        "changes_requested": plan_selectors.plan_changes_requested(ticket),
+        "plan_diff": plan_selectors.plan_diff(ticket),
         "can_confirm": is_customer and ticket.status == TicketStatus.WAITING_CONFIRMATION,
         "can_review": not is_customer and ticket.status == TicketStatus.WAITING_REVIEW,
         "can_revise": not is_customer and ticket.status in TICKET_OPEN_STATUSES,

@@ -53,6 +53,8 @@ def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signe
         "inbox": (sam, "/portal/"),
         "approval": (sam, f"/portal/approvals/{approval.interrupt_id}/"),
         "plan (supervisor)": (sam, f"/portal/tickets/{ticket.pk}/"),
+        "plan revision": (sam, f"/portal/tickets/{ticket.pk}/revise/"),
+        "earlier requests": (alice, "/portal/requests/"),
     }
 
     # when axe audits each of them
@@ -72,4 +74,6 @@ def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signe
         "inbox": "Inbox · Agent Portal",
         "approval": "Refund of 20.00 EUR on ORD-1003 · Agent Portal",
         "plan (supervisor)": "Exchange plan for ORD-1002 · Agent Portal",
+        "plan revision": "Revise the plan for ORD-1002 · Agent Portal",
+        "earlier requests": "Your requests · Agent Portal",
     }

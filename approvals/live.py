@@ -94,13 +94,6 @@ def _ticket_states(keys: list[str]) -> dict[str, tuple[str, int, list[int]]]:
     }
 
 
-def _chat_state(user_id: str) -> str:
-    user = get_user_model().objects.filter(pk=user_id).first()
-    principal = selectors.chat_principal(user=user) if user else None
-    conversation = selectors.chat_conversation(principal=principal) if principal else None
-    return selectors.chat_digest(conversation=conversation)
-
-
 def inbox_digest(user_id: str) -> str:
     user = get_user_model().objects.filter(pk=user_id).first()
     if user is None:
@@ -132,9 +125,13 @@ def page_states(topics: Iterable[Topic]) -> dict[Topic, PageState]:
             shared.update(
                 {topic: found[topic.key] for topic in by_kind[kind] if topic.key in found}
             )
-    for kind, read_one in (("chat", _chat_state), ("inbox", inbox_digest)):
-        for topic in by_kind.get(kind, []):
-            states[topic] = PageState(read_one(topic.key))
+    chats = by_kind.get("chat", [])
+    if chats:
+        digests = selectors.chat_digests(user_ids=[int(topic.key) for topic in chats])
+        states.update({topic: PageState(digests[int(topic.key)]) for topic in chats})
+    # A supervisor has one inbox open at a time, and there are few supervisors: one by one.
+    for topic in by_kind.get("inbox", []):
+        states[topic] = PageState(inbox_digest(topic.key))
     viewers = _viewers(
         {topic: (merchant, people) for topic, (_, merchant, people) in shared.items()}
     )

@@ -5,7 +5,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from approvals import live, services
+from approvals import live, selectors, services
 from approvals.models import Approval
 from runs import conversations, worker
 from tests import factories
@@ -145,3 +145,26 @@ def test_only_the_people_who_may_see_a_page_may_follow_it(demo, live_server):
         stream = _follow(live_server, username, path)
         assert (username, path, stream.status) == (username, path, status)
         stream.close()
+
+
+def test_many_chats_read_at_once_have_the_digests_each_chat_page_draws(demo):
+    # given alice with an earlier and a current conversation, bob with none yet, and sam, who
+    # is no customer
+    alice, bob, sam = _user("alice"), _user("bob"), _user("sam")
+    earlier = conversations.conversation_create(merchant=demo, customer=alice)
+    conversations.message_send(conversation=earlier, text="What is the status of ORD-1001?")
+    worker.tick()
+    open_now = conversations.conversation_create(merchant=demo, customer=alice)
+    conversations.message_send(conversation=open_now, text="refund ORD-1003 amount 20")
+    earlier.refresh_from_db()
+
+    # when
+    digests = selectors.chat_digests(user_ids=[alice.pk, bob.pk, sam.pk])
+
+    # then each is what that customer's own page is drawn with
+    for user in (alice, bob):
+        principal = selectors.chat_principal(user=user)
+        conversation = selectors.chat_conversation(principal=principal)
+        assert digests[user.pk] == selectors.chat_digest(conversation=conversation)
+    assert digests[alice.pk] != digests[bob.pk]
+    assert digests[sam.pk] == selectors.chat_digest(conversation=None)

@@ -1,23 +1,25 @@
 from django.urls import path
 
-from approvals import plan_views, views
+from approvals import live_views, plan_views, views
 
 urlpatterns = [
     path("", views.portal_home, name="portal"),
     path("inbox/rows/", views.inbox_rows, name="portal-inbox-rows"),
     path("inbox/plans/", views.inbox_plans, name="portal-inbox-plans"),
-    path("inbox/live/", views.inbox_live, name="portal-inbox-live"),
+    path("inbox/live/", live_views.inbox_live, name="portal-inbox-live"),
     path("approvals/<str:interrupt_id>/", views.approval_page, name="portal-approval"),
-    path("approvals/<str:interrupt_id>/live/", views.approval_live, name="portal-approval-live"),
+    path(
+        "approvals/<str:interrupt_id>/live/", live_views.approval_live, name="portal-approval-live"
+    ),
     path("tickets/<uuid:ticket_id>/", views.ticket_page, name="portal-ticket"),
     path(
         "tickets/<uuid:ticket_id>/revise/",
         plan_views.ticket_revise_page,
         name="portal-ticket-revise",
     ),
-    path("tickets/<uuid:ticket_id>/live/", views.ticket_live, name="portal-ticket-live"),
+    path("tickets/<uuid:ticket_id>/live/", live_views.ticket_live, name="portal-ticket-live"),
     path("chat/", views.chat_page, name="portal-chat"),
     path("chat/messages/", views.chat_messages, name="portal-chat-messages"),
-    path("chat/live/", views.chat_live, name="portal-chat-live"),
+    path("chat/live/", live_views.chat_live, name="portal-chat-live"),
     path("requests/", views.customer_requests, name="portal-requests"),
 ]

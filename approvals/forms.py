@@ -56,7 +56,8 @@ class ArgumentsForm(forms.Form):
                 self.structured.add(name)
             value = proposed.get(name)
             self.fields[name] = forms.CharField(
-                label=spec.get("title", name.replace("_", " ").capitalize()),
+                # pydantic titles every field ("Order Id"); people read "Order id".
+                label=name.replace("_", " ").capitalize(),
                 help_text=spec.get("description", ""),
                 required=False,
                 strip=True,

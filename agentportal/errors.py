@@ -42,6 +42,10 @@ class AlreadyDecided(DomainError):
     pass
 
 
+class SameApprover(DomainError):
+    """A call that needs two people already has this person's approval."""
+
+
 class VersionConflict(DomainError):
     """The caller acted on a version that is no longer current."""
 

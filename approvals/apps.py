@@ -8,7 +8,7 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The after-sales domain plugs into the generic runtime here; `runs` never imports
         # this app.
-        from approvals import interrupts, notifications, plans, script, services, tools
+        from approvals import escalation, interrupts, notifications, plans, script, services, tools
         from runs import extensions
         from runs.releases import GraphRelease, graph_release_register
 
@@ -28,6 +28,7 @@ class ApprovalsConfig(AppConfig):
         tools.register()
         extensions.script_register(script.after_sales_script)
         extensions.sweep_register("approvals_expire_due", services.approvals_expire_due)
+        extensions.sweep_register("approvals_escalate_due", escalation.approvals_escalate_due)
         extensions.sweep_register("plans_reconcile_due", plans.plans_reconcile_due)
         extensions.sweep_register("webhooks_wake", notifications.webhooks_wake)
         extensions.sweep_register("customer_emails_wake", notifications.customer_emails_wake)

@@ -1,16 +1,16 @@
 """What the after-sales domain plugs into the runtime's interrupts (runs.extensions): a call
 that waits for a supervisor's approval, and a plan that waits for its confirmation and review."""
 
-from approvals import plans, run_ends, services
+from approvals import calls, plans, run_ends
 from runs.extensions import Interrupt, WaitKind
 from runs.models import RunStatus
 
 APPROVAL = WaitKind(name="approval", payload=None, status=RunStatus.WAITING_APPROVAL)
 APPROVAL_INTERRUPT = Interrupt(
     policy="approval",
-    pause=services.approval_interrupt,
+    pause=calls.approval_interrupt,
     kinds=(APPROVAL,),
-    pending=services.approval_pending,
+    pending=calls.approval_pending,
     on_run_end=run_ends.approvals_on_run_end,
 )
 

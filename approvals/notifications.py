@@ -19,7 +19,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from agentportal.models import Merchant
+from agentportal.models import Merchant, Role
 from agentportal.selectors import supervisor_memberships
 from agentportal.webhooks import UnsafeWebhookUrl, signature, webhook_url_check
 from approvals import customer_words
@@ -57,6 +57,48 @@ def approval_requested_notify(*, approval: Approval) -> None:
             f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC:\n"
             f"{_portal_link('portal-approval', interrupt_id=approval.interrupt_id)}"
         ),
+    )
+
+
+def approval_escalated_notify(*, approval: Approval) -> None:
+    """Queue the notifications of a call escalated by its policy: a signed webhook
+    `approval.escalated`, and an email to the shop's operators and the policy's address. Call
+    inside the transaction that marks it escalated."""
+    rules = approval.policy_version
+    recipients = [rules.escalate_to_email] if rules and rules.escalate_to_email else []
+    if rules is None or rules.escalate_to_operators:
+        recipients += [
+            membership.user.email
+            for membership in supervisor_memberships(merchant=approval.merchant)
+            if membership.role == Role.OPERATOR and membership.user.email
+        ]
+    waited = int((approval.escalated_at - approval.created_at).total_seconds() // 60)
+    _webhook_queue(
+        merchant=approval.merchant,
+        event="approval.escalated",
+        payload={
+            "interrupt_id": approval.interrupt_id,
+            "run_id": str(approval.run_id),
+            "tool_name": approval.tool_name,
+            "tool_args": approval.proposed_args,
+            "waiting_since": approval.created_at.isoformat(),
+            "escalated_at": approval.escalated_at.isoformat(),
+            "expires_at": approval.expires_at.isoformat(),
+        },
+    )
+    transaction.on_commit(
+        partial(
+            _email,
+            sorted(set(recipients)),
+            f"Escalated: {approval.tool_name} waits for a decision ({approval.interrupt_id})",
+            (
+                f"Nobody has decided this call for {waited} minutes. The agent wants to run "
+                f"{approval.tool_name} with:\n{_arguments_text(approval.proposed_args)}\n\n"
+                f"It expires at {approval.expires_at:%Y-%m-%d %H:%M} UTC:\n"
+                f"{_portal_link('portal-approval', interrupt_id=approval.interrupt_id)}"
+            ),
+        ),
+        robust=True,
     )
 
 
@@ -185,6 +227,13 @@ def _supervisors_notify(
 ) -> None:
     """A signed webhook in the outbox (it commits with the caller's transaction; delivery
     starts after the commit) and an email to the shop's supervisors after the commit."""
+    _webhook_queue(merchant=merchant, event=event, payload=payload)
+    transaction.on_commit(partial(_email_supervisors, merchant, subject, body), robust=True)
+
+
+def _webhook_queue(*, merchant: Merchant, event: str, payload: dict) -> None:
+    """A signed webhook in the outbox when the shop configured one; delivery starts after
+    the commit."""
     if merchant.webhook_url:
         WebhookDelivery.objects.create(
             merchant=merchant,
@@ -194,7 +243,6 @@ def _supervisors_notify(
             next_attempt_at=timezone.now(),
         )
         transaction.on_commit(_deliveries_enqueue, robust=True)
-    transaction.on_commit(partial(_email_supervisors, merchant, subject, body), robust=True)
 
 
 def _deliveries_enqueue() -> None:
@@ -204,7 +252,14 @@ def _deliveries_enqueue() -> None:
 
 
 def _email_supervisors(merchant: Merchant, subject: str, body: str) -> None:
-    recipients = [m.user.email for m in supervisor_memberships(merchant=merchant) if m.user.email]
+    _email(
+        [m.user.email for m in supervisor_memberships(merchant=merchant) if m.user.email],
+        subject,
+        body,
+    )
+
+
+def _email(recipients: list[str], subject: str, body: str) -> None:
     if not recipients:
         return
     try:
@@ -215,7 +270,7 @@ def _email_supervisors(merchant: Merchant, subject: str, body: str) -> None:
             recipient_list=recipients,
         )
     except Exception:
-        logger.exception("could not email the supervisors of %s: %s", merchant.slug, subject)
+        logger.exception("could not email %s: %s", ", ".join(recipients), subject)
 
 
 def webhooks_wake() -> int:

@@ -28,6 +28,7 @@ from agentportal.principals import Principal
 from agentportal.problems import pydantic_errors
 from agentportal.selectors import principal_for_user
 from approvals import locks, notifications, selectors
+from approvals.calls import decider_still_allowed
 from approvals.customer_words import plan_lines
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -41,7 +42,6 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
-from approvals.services import decider_still_allowed
 from approvals.tools import ExchangeItems, exchange_items_problem
 from runs import services as run_services
 from runs.extensions import WaitKind

@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from approvals.calls import call_moved, call_snapshot
 from approvals.customer_words import call_name
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -19,7 +20,6 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
-from approvals.services import call_moved, call_snapshot
 from runs import services as run_services
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus, ToolExecution
 from runs.snapshot import CallStatus, SnapshotError, snapshot_parse

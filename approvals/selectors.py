@@ -48,8 +48,10 @@ def stock_level(*, merchant_id: int, sku: str) -> int:
 
 def approvals_visible_to(principal: Principal) -> QuerySet[Approval]:
     """A merchant's approvals, with what their representation needs in the same query."""
-    return Approval.objects.filter(merchant=principal.merchant).select_related(
-        "merchant", "decided_by"
+    return (
+        Approval.objects.filter(merchant=principal.merchant)
+        .select_related("merchant", "decided_by", "policy_version")
+        .prefetch_related("votes__user")
     )
 
 
@@ -59,15 +61,19 @@ def approval_for(principal: Principal, interrupt_id: str) -> Approval | None:
 
 def approvals_for_supervisor(*, user) -> QuerySet[Approval]:
     """The calls a signed-in supervisor may see, across the shops they supervise now."""
-    return Approval.objects.filter(merchant__in=merchants_supervised_by(user=user)).select_related(
-        "merchant", "decided_by", "run__account"
+    return (
+        Approval.objects.filter(merchant__in=merchants_supervised_by(user=user))
+        .select_related("merchant", "decided_by", "run__account", "policy_version")
+        .prefetch_related("votes__user")
     )
 
 
+# Escalated calls come first in either order: their policy says they waited too long.
+ESCALATED_FIRST = F("escalated_at").asc(nulls_last=True)
 INBOX_SORTS = {
     # Oldest first: the call waiting longest is the customer waiting longest.
-    "age": ("created_at", "pk"),
-    "amount": (F("amount").desc(nulls_last=True), "created_at", "pk"),
+    "age": (ESCALATED_FIRST, "created_at", "pk"),
+    "amount": (ESCALATED_FIRST, F("amount").desc(nulls_last=True), "created_at", "pk"),
 }
 
 

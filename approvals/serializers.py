@@ -61,8 +61,21 @@ def decision_bodies(*, name: str, interrupt_id_required: bool) -> PolymorphicPro
     )
 
 
+class ApprovalGivenSerializer(serializers.Serializer):
+    by = serializers.CharField(source="voter_name")
+    at = serializers.DateTimeField(source="created_at")
+    decision = serializers.ChoiceField(choices=[Decision.APPROVE, Decision.REVISE])
+
+
+class PolicyRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="policy_id")
+    version = serializers.IntegerField()
+
+
 class ApprovalSerializer(serializers.ModelSerializer):
     run_id = serializers.UUIDField()
+    approvals_given = ApprovalGivenSerializer(source="current_votes", many=True)
+    policy = PolicyRefSerializer(source="policy_version", allow_null=True)
     args_digest = serializers.SerializerMethodField()
     decision = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()
@@ -86,6 +99,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "decided_at",
             "expires_at",
             "cancel_cause",
+            "required_approvals",
+            "approvals_given",
+            "policy",
+            "escalated_at",
             "result",
             "created_at",
         ]

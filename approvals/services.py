@@ -1,299 +1,42 @@
 """Human decisions on sensitive tool calls (DESIGN 6.1). Every change of an approval goes
-through here: the API, the admin, the portal pages, the worker and `maintain` call it.
+through here or approvals.calls (the worker's side): the API, the admin, the portal pages, the
+worker and `maintain` call them.
+
+A call may need two people (the shop's four-eyes policy): each approval is an ApprovalVote for
+the arguments on the table, and the call moves on when it has as many as it needs. A revision
+starts the count again with the reviser's vote.
 
 Lock order: Membership -> AgentRun -> Approval. The run's state snapshot and the Approval row
 change in the same transaction and never disagree.
 """
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ValidationError
 
 from agentportal import errors
-from agentportal.models import ApiKey
 from agentportal.principals import Principal
-from agentportal.problems import iso_z, pydantic_errors
-from agentportal.selectors import principal_for_user, supervisor_memberships
+from agentportal.problems import iso_z
+from agentportal.selectors import principal_for_user
 from approvals import locks, notifications
-from approvals.models import Approval, ApprovalStatus, Decision
+from approvals.calls import args_digest, call_moved, call_snapshot, tool_args_validate
+from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision
 from runs import services as run_services
 from runs.locks import run_lock
-from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
-from runs.services import Lease, LostRun, StepCommit
+from runs.models import AgentRun, RunStatus
 from runs.snapshot import (
     CallStatus,
     PendingToolCall,
-    RunContext,
     SnapshotError,
     StateSnapshot,
-    interrupt_id_for,
     snapshot_parse,
-    transition_check,
 )
-from runs.tools import TOOLS, CancellationToken, Tool, ToolContext, ToolError
-from runs.worker import ToolOutcome
+from runs.tools import TOOLS
 
 logger = logging.getLogger(__name__)
-
-
-def args_digest(arguments: dict[str, Any]) -> str:
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:
-    """Validate arguments with the tool's schema; a 400 with field errors otherwise."""
-    try:
-        return tool.args_model.model_validate(arguments).model_dump(mode="json")
-    except ValidationError as error:
-        raise errors.InvalidInput(
-            f"The arguments do not fit {tool.name}.",
-            errors=pydantic_errors(error, "tool_args"),
-        ) from error
-
-
-def call_snapshot(run: AgentRun, call: PendingToolCall) -> dict[str, Any]:
-    thread = getattr(run, "conversation_id", None) or run.pk
-    return StateSnapshot(
-        version=2,
-        pending_tool_call=call,
-        run_context=RunContext(thread_id=str(thread), run_id=str(run.pk)),
-    ).dump()
-
-
-def call_moved(call: PendingToolCall, status: str, **changes: Any) -> PendingToolCall:
-    transition_check(call.status, status)
-    return call.model_copy(update={"status": status, "updated_at": timezone.now(), **changes})
-
-
-# --- the worker's side ----------------------------------------------------------------------
-
-
-def approval_interrupt(
-    *, run: AgentRun, lease: Lease, tool: Tool, args: BaseModel, key: str
-) -> StepCommit | ToolOutcome:
-    """The tools node met a call that needs approval: pause for it, or act on its decision.
-
-    The pause of APPROVAL_INTERRUPT (the `approval` policy).
-    """
-    interrupt_id = interrupt_id_for(key)
-    call = None
-    if run.state_snapshot:
-        try:
-            snapshot = snapshot_parse(run.state_snapshot)
-        except SnapshotError:
-            logger.error("run %s has an invalid state snapshot; left for an operator", run.pk)
-            raise
-        if snapshot.pending_tool_call.interrupt_id == interrupt_id:
-            call = snapshot.pending_tool_call
-    if call is None:
-        return _pause(run=run, tool=tool, args=args, key=key, interrupt_id=interrupt_id)
-    if call.status == CallStatus.APPROVED_EXECUTING:
-        return _execute_approved(run=run, lease=lease, tool=tool, call=call, key=key)
-    approval = Approval.objects.get(interrupt_id=interrupt_id)
-    outcome = {
-        CallStatus.REJECTED: {"status": "rejected", "reason": approval.reason},
-        CallStatus.EXPIRED: {"status": "expired", "reason": "nobody decided in time"},
-        CallStatus.CANCELLED: {"status": "cancelled"},
-    }.get(call.status)
-    if outcome is None:
-        raise SnapshotError(f"run {run.pk} is executing a call still {call.status}")
-    return ToolOutcome(ToolStatus.FAILED, approval.proposed_args, outcome)
-
-
-def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id: str):
-    now = timezone.now()
-    ttl = run.release_snapshot["manifest"]["limits"]["approval_ttl_seconds"]
-    proposed = args.model_dump(mode="json")
-    call = PendingToolCall(
-        interrupt_id=interrupt_id,
-        tool_name=tool.name,
-        tool_args=proposed,
-        status=CallStatus.PENDING_APPROVAL,
-        expires_at=now + timedelta(seconds=ttl),
-        decision=None,
-        result=None,
-        updated_at=now,
-    )
-
-    def record(locked_run: AgentRun) -> None:
-        approval = Approval.objects.create(
-            interrupt_id=interrupt_id,
-            run_id=locked_run.pk,
-            merchant_id=locked_run.merchant_id,
-            tool_name=tool.name,
-            tool_execution_key=key,
-            proposed_args=proposed,
-            expires_at=call.expires_at,
-        )
-        notifications.approval_requested_notify(approval=approval)
-
-    return StepCommit(
-        next_node=Node.TOOLS,
-        advance_step=False,
-        run_fields={
-            "status": RunStatus.WAITING_APPROVAL,
-            "state_snapshot": call_snapshot(run, call),
-            "lease_expires_at": None,
-        },
-        events=[
-            (
-                "approval.requested",
-                {
-                    "interrupt_id": interrupt_id,
-                    "tool_name": tool.name,
-                    "tool_args": proposed,
-                    "expires_at": call.expires_at.isoformat(),
-                },
-            )
-        ],
-        on_locked=record,
-    )
-
-
-def decider_still_allowed(*, merchant, user, api_key_id: int | None) -> bool:
-    """Whoever decided must still hold a deciding role now, not only when they decided."""
-    if user is not None:
-        return user.is_active and (
-            user.is_superuser
-            or supervisor_memberships(merchant=merchant).filter(user=user).exists()
-        )
-    if api_key_id is not None:
-        return ApiKey.objects.filter(
-            pk=api_key_id, revoked_at__isnull=True, merchant__active=True
-        ).exists()
-    return False
-
-
-def approver_still_allowed(approval: Approval) -> bool:
-    return decider_still_allowed(
-        merchant=approval.merchant,
-        user=approval.decided_by if approval.decided_by_id else None,
-        api_key_id=approval.decided_by_key_id,
-    )
-
-
-def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingToolCall, key: str):
-    approval = Approval.objects.select_related("decided_by", "merchant").get(
-        interrupt_id=call.interrupt_id
-    )
-    if not approver_still_allowed(approval):
-        return StepCommit(
-            next_node=Node.TOOLS,
-            advance_step=False,
-            fail_with=(
-                ErrorCode.APPROVER_REVOKED,
-                "Whoever approved the call no longer holds a deciding role.",
-            ),
-        )
-    validated = tool.args_model.model_validate(call.tool_args)
-    about_to_run = validated.model_dump(mode="json")
-    if (
-        args_digest(about_to_run) != approval.args_digest
-        or about_to_run != approval.approved_args
-        or call.tool_args != approval.approved_args
-    ):
-        return StepCommit(
-            next_node=Node.TOOLS,
-            advance_step=False,
-            fail_with=(
-                ErrorCode.APPROVAL_MISMATCH,
-                "The arguments about to run are not the ones approved.",
-            ),
-        )
-    context = ToolContext(
-        run_id=run.pk,
-        merchant_id=run.merchant_id,
-        account_id=run.account_id,
-        idempotency_key=key,
-        cancel=CancellationToken(),
-    )
-    status, result = approval_execute(
-        approval=approval, lease=lease, tool=tool, args=validated, context=context, step=run.step
-    )
-    return ToolOutcome(status, call.tool_args, result, recorded=True)
-
-
-def approval_execute(
-    *,
-    approval: Approval,
-    lease: Lease,
-    tool: Tool,
-    args: BaseModel,
-    context: ToolContext,
-    step: int,
-) -> tuple[str, dict[str, Any]]:
-    """Run an approved call: the side effect, EXECUTED and the ToolExecution commit together,
-    in a transaction that first proves, under the run's lock, that the worker still holds the
-    run. Once a cancel, /stop or takeover has committed, its run-end closed the call and this
-    raises LostRun: no side effect happens for that run, ever. Safe to call twice: the second
-    call changes nothing.
-    """
-    with transaction.atomic():
-        run = run_lock(approval.run_id)
-        if not run_services.lease_holds(run, lease):
-            raise LostRun(f"run {run.pk} is no longer held: its approved call is not executed")
-        approval = locks.approval_lock(pk=approval.pk)
-        done = ToolExecution.objects.filter(idempotency_key=context.idempotency_key).first()
-        if done is not None:
-            return done.status, done.result
-        transition_check(approval.status, ApprovalStatus.EXECUTED)
-        try:
-            result = tool.executor(args, context)
-            status = ToolStatus.SUCCEEDED
-        except ToolError as error:
-            result, status = {"status": "failed", "error": str(error)}, ToolStatus.FAILED
-        executed_args = args.model_dump(mode="json")
-        moved = Approval.objects.filter(
-            pk=approval.pk, status=ApprovalStatus.APPROVED_EXECUTING
-        ).update(status=ApprovalStatus.EXECUTED, executed_args=executed_args, result=result)
-        if moved != 1:
-            raise transaction.TransactionManagementError("approval changed under its lock")
-        run_services.tool_execution_record_locked(
-            run,
-            step=step,
-            idempotency_key=context.idempotency_key,
-            tool=tool.name,
-            args=executed_args,
-            status=status,
-            result=result,
-        )
-        snapshot = snapshot_parse(run.state_snapshot)
-        if snapshot.pending_tool_call.interrupt_id == approval.interrupt_id:
-            call = call_moved(snapshot.pending_tool_call, CallStatus.EXECUTED, result=result)
-            run_services.run_snapshot_save_locked(run, state_snapshot=call_snapshot(run, call))
-    return status, result
-
-
-def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
-    """What a run waiting for approval shows in its `pending` list."""
-    if run.status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
-        return []
-    try:
-        call = snapshot_parse(run.state_snapshot).pending_tool_call
-    except SnapshotError:
-        return []
-    if call.status != CallStatus.PENDING_APPROVAL:
-        return []
-    return [
-        {
-            "interrupt_id": call.interrupt_id,
-            "kind": "approval",
-            "tool_name": call.tool_name,
-            "tool_args": call.tool_args,
-            "expires_at": call.expires_at,
-        }
-    ]
-
-
-# --- decisions ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -414,16 +157,78 @@ def _refuse_unless_pending(run: AgentRun, call: PendingToolCall, approval: Appro
 
 
 def _decide_locked(run, snapshot, approval, principal, request, revised) -> None:
-    """Call holding the run's and the approval's locks."""
-    now = timezone.now()
+    """Call holding the run's and the approval's locks; the call is pending and not due."""
     if request.decision == Decision.REJECT:
-        status, approved = ApprovalStatus.REJECTED, None
+        _settle_locked(run, snapshot, approval, principal, request, None)
+        return
+    arguments = revised if request.decision == Decision.REVISE else _on_the_table(approval)
+    digest = args_digest(arguments)
+    voter = _voter(principal)
+    round_votes = ApprovalVote.objects.filter(approval=approval, args_digest=digest)
+    if round_votes.filter(voter=voter).exists():
+        raise errors.SameApprover(
+            "You approved these arguments already; another supervisor must approve them too."
+        )
+    ApprovalVote.objects.create(
+        approval=approval,
+        voter=voter,
+        user=principal.user,
+        api_key=principal.api_key if principal.user is None else None,
+        decision=request.decision,
+        args_digest=digest,
+    )
+    given = round_votes.count()
+    if given >= approval.required_approvals:
+        _settle_locked(run, snapshot, approval, principal, request, arguments)
+        return
+    # The first of two: the call stays pending, now for these arguments.
+    moved = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING_APPROVAL).update(
+        approved_args=arguments, args_digest=digest, updated_at=timezone.now()
+    )
+    if moved != 1:
+        raise transaction.TransactionManagementError("approval changed under its lock")
+    run_services.run_events_append_locked(
+        run,
+        events=[
+            (
+                "approval.approval_given",
+                {
+                    "interrupt_id": approval.interrupt_id,
+                    "decision": request.decision,
+                    "by": principal.public_name,
+                    "approvals_given": given,
+                    "required_approvals": approval.required_approvals,
+                    "tool_args": arguments if request.decision == Decision.REVISE else None,
+                },
+            )
+        ],
+    )
+
+
+def _on_the_table(approval: Approval) -> dict[str, Any]:
+    """The arguments an approval now would approve: a colleague's revision, or the model's."""
+    return approval.approved_args if approval.approved_args is not None else approval.proposed_args
+
+
+def _voter(principal: Principal) -> str:
+    if principal.user is not None:
+        return f"user:{principal.user.pk}"
+    return f"key:{principal.api_key.pk}"
+
+
+def _settle_locked(run, snapshot, approval, principal, request, approved) -> None:
+    """Decide the call for good: rejected (`approved` None), or approved with `approved`
+    (the last approval it needed). Call holding the run's and the approval's locks."""
+    now = timezone.now()
+    if approved is None:
+        status, decision = ApprovalStatus.REJECTED, request.decision
     else:
         status = ApprovalStatus.APPROVED_EXECUTING
-        approved = revised if request.decision == Decision.REVISE else approval.proposed_args
+        revised = request.decision == Decision.REVISE or approved != approval.proposed_args
+        decision = Decision.REVISE if revised else Decision.APPROVE
     moved = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING_APPROVAL).update(
         status=status,
-        decision=request.decision,
+        decision=decision,
         reason=request.reason,
         approved_args=approved,
         args_digest=args_digest(approved) if approved is not None else "",
@@ -435,7 +240,7 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")
     notifications.approval_decided_notify(approval_id=approval.pk)
-    changes: dict[str, Any] = {"decision": request.decision}
+    changes: dict[str, Any] = {"decision": decision}
     if approved is not None:
         changes["tool_args"] = approved
     call = call_moved(snapshot.pending_tool_call, status, **changes)
@@ -447,7 +252,7 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
                 "approval.decided",
                 {
                     "interrupt_id": approval.interrupt_id,
-                    "decision": request.decision,
+                    "decision": decision,
                     "decided_by": principal.public_name,
                     "reason": request.reason or None,
                     "tool_args": approved,

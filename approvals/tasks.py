@@ -1,6 +1,6 @@
 """django-q2 entry points of the approvals app. Each is safe to run twice."""
 
-from approvals import notifications, plans
+from approvals import escalation, notifications, plans
 
 
 def deliver_webhooks() -> int:
@@ -13,3 +13,7 @@ def send_customer_emails() -> int:
 
 def reconcile(run_id: str) -> int:
     return plans.plan_reconcile(run_id=run_id)
+
+
+def escalate(interrupt_id: str) -> bool:
+    return escalation.approval_escalate(interrupt_id=interrupt_id)

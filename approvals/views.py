@@ -15,6 +15,7 @@ from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
 from approvals import (
+    calls,
     chat,
     customer_words,
     decision_context,
@@ -178,7 +179,7 @@ def _validated(approval: Approval, tool_args) -> dict:
             "Edit the arguments as a JSON object.",
             errors=[{"field": "tool_args", "message": "a JSON object"}],
         )
-    return services.tool_args_validate(tool, tool_args) if tool else tool_args
+    return calls.tool_args_validate(tool, tool_args) if tool else tool_args
 
 
 def _diff(approval: Approval, revised: dict) -> list[dict]:

@@ -151,6 +151,12 @@ def run_update_locked(run: AgentRun, change: RunChange, now) -> None:
     run_changes_write([change], now)
 
 
+def run_events_append_locked(run: AgentRun, *, events: list[tuple[str, dict]]) -> None:
+    """Add events to a run's timeline without changing its progress (a waiting run's item
+    moved on). Call holding the run's lock, inside the transaction."""
+    run_update_locked(run, RunChange(run, events=events), timezone.now())
+
+
 def run_finish_locked(run: AgentRun, change: RunChange) -> None:
     """Write a change that ends a run, decided by a conditional UPDATE on its status.
 

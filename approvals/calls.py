@@ -1,0 +1,347 @@
+"""A sensitive tool call as the worker meets it (DESIGN 6.1): paused for a person's decision,
+or decided at once by the shop's policy, then executed exactly once with the approved
+arguments. Decisions themselves are approvals.services.
+
+Lock order: AgentRun -> Approval.
+"""
+
+import hashlib
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from pydantic import BaseModel, ValidationError
+
+from agentportal import errors
+from agentportal.models import ApiKey
+from agentportal.problems import pydantic_errors
+from agentportal.selectors import supervisor_memberships
+from approvals import escalation, locks, notifications, policies
+from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision
+from runs import services as run_services
+from runs.locks import run_lock
+from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
+from runs.services import Lease, LostRun, StepCommit
+from runs.snapshot import (
+    CallStatus,
+    PendingToolCall,
+    RunContext,
+    SnapshotError,
+    StateSnapshot,
+    interrupt_id_for,
+    snapshot_parse,
+    transition_check,
+)
+from runs.tools import CancellationToken, Tool, ToolContext, ToolError
+from runs.worker import ToolOutcome
+
+logger = logging.getLogger(__name__)
+
+
+def args_digest(arguments: dict[str, Any]) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """Validate arguments with the tool's schema; a 400 with field errors otherwise."""
+    try:
+        return tool.args_model.model_validate(arguments).model_dump(mode="json")
+    except ValidationError as error:
+        raise errors.InvalidInput(
+            f"The arguments do not fit {tool.name}.",
+            errors=pydantic_errors(error, "tool_args"),
+        ) from error
+
+
+def call_snapshot(run: AgentRun, call: PendingToolCall) -> dict[str, Any]:
+    thread = getattr(run, "conversation_id", None) or run.pk
+    return StateSnapshot(
+        version=2,
+        pending_tool_call=call,
+        run_context=RunContext(thread_id=str(thread), run_id=str(run.pk)),
+    ).dump()
+
+
+def call_moved(call: PendingToolCall, status: str, **changes: Any) -> PendingToolCall:
+    transition_check(call.status, status)
+    return call.model_copy(update={"status": status, "updated_at": timezone.now(), **changes})
+
+
+def approval_interrupt(
+    *, run: AgentRun, lease: Lease, tool: Tool, args: BaseModel, key: str
+) -> StepCommit | ToolOutcome:
+    """The tools node met a call that needs approval: pause for it, or act on its decision.
+
+    The pause of APPROVAL_INTERRUPT (the `approval` policy).
+    """
+    interrupt_id = interrupt_id_for(key)
+    call = None
+    if run.state_snapshot:
+        try:
+            snapshot = snapshot_parse(run.state_snapshot)
+        except SnapshotError:
+            logger.error("run %s has an invalid state snapshot; left for an operator", run.pk)
+            raise
+        if snapshot.pending_tool_call.interrupt_id == interrupt_id:
+            call = snapshot.pending_tool_call
+    if call is None:
+        return _pause(run=run, tool=tool, args=args, key=key, interrupt_id=interrupt_id)
+    if call.status == CallStatus.APPROVED_EXECUTING:
+        return _execute_approved(run=run, lease=lease, tool=tool, call=call, key=key)
+    approval = Approval.objects.get(interrupt_id=interrupt_id)
+    outcome = {
+        CallStatus.REJECTED: {"status": "rejected", "reason": approval.reason},
+        CallStatus.EXPIRED: {"status": "expired", "reason": "nobody decided in time"},
+        CallStatus.CANCELLED: {"status": "cancelled"},
+    }.get(call.status)
+    if outcome is None:
+        raise SnapshotError(f"run {run.pk} is executing a call still {call.status}")
+    return ToolOutcome(ToolStatus.FAILED, approval.proposed_args, outcome)
+
+
+def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id: str):
+    """Pause for a person, or, when the shop's policy approves the call's amount on its own,
+    record the policy's approval and go on to execute it in this same slice."""
+    now = timezone.now()
+    ttl = run.release_snapshot["manifest"]["limits"]["approval_ttl_seconds"]
+    proposed = args.model_dump(mode="json")
+    policy = policies.policy_version_current(merchant_id=run.merchant_id, tool_name=tool.name)
+    needs = policies.call_requirement(version=policy, arguments=proposed, now=now)
+    expires_at = now + timedelta(seconds=ttl)
+    # An escalation after the call's expiry would only announce the expiry.
+    escalate_at = needs.escalate_at
+    if escalate_at is not None and escalate_at >= expires_at:
+        escalate_at = None
+    call = PendingToolCall(
+        interrupt_id=interrupt_id,
+        tool_name=tool.name,
+        tool_args=proposed,
+        status=CallStatus.APPROVED_EXECUTING if needs.auto_approve else CallStatus.PENDING_APPROVAL,
+        expires_at=expires_at,
+        decision=Decision.APPROVE.value if needs.auto_approve else None,
+        result=None,
+        updated_at=now,
+    )
+    requested = {
+        "interrupt_id": interrupt_id,
+        "tool_name": tool.name,
+        "tool_args": proposed,
+        "expires_at": expires_at.isoformat(),
+        "required_approvals": needs.required_approvals,
+        "policy": {"id": policy.policy_id, "version": policy.version} if policy else None,
+    }
+    fields = {
+        "interrupt_id": interrupt_id,
+        "tool_name": tool.name,
+        "tool_execution_key": key,
+        "proposed_args": proposed,
+        "expires_at": expires_at,
+        "policy_version": policy,
+        "required_approvals": needs.required_approvals,
+    }
+    if needs.auto_approve:
+        fields.update(
+            status=ApprovalStatus.APPROVED_EXECUTING,
+            decision=Decision.APPROVE,
+            approved_args=proposed,
+            args_digest=args_digest(proposed),
+            decided_by_policy=True,
+            decided_at=now,
+        )
+
+        def record(locked_run: AgentRun) -> None:
+            Approval.objects.create(
+                run_id=locked_run.pk, merchant_id=locked_run.merchant_id, **fields
+            )
+
+        # The run stays RUNNING: its next step finds the call approved and executes it.
+        return StepCommit(
+            next_node=Node.TOOLS,
+            advance_step=False,
+            run_fields={"state_snapshot": call_snapshot(run, call)},
+            events=[
+                ("approval.requested", requested),
+                (
+                    "approval.decided",
+                    {
+                        "interrupt_id": interrupt_id,
+                        "decision": Decision.APPROVE.value,
+                        "decided_by": policy.label,
+                        "by_policy": True,
+                        "reason": None,
+                        "tool_args": proposed,
+                    },
+                ),
+            ],
+            on_locked=record,
+        )
+
+    def record(locked_run: AgentRun) -> None:
+        approval = Approval.objects.create(
+            run_id=locked_run.pk,
+            merchant_id=locked_run.merchant_id,
+            escalate_at=escalate_at,
+            **fields,
+        )
+        notifications.approval_requested_notify(approval=approval)
+        if escalate_at is not None:
+            escalation.approval_escalation_schedule(approval=approval)
+
+    return StepCommit(
+        next_node=Node.TOOLS,
+        advance_step=False,
+        run_fields={
+            "status": RunStatus.WAITING_APPROVAL,
+            "state_snapshot": call_snapshot(run, call),
+            "lease_expires_at": None,
+        },
+        events=[("approval.requested", requested)],
+        on_locked=record,
+    )
+
+
+def decider_still_allowed(*, merchant, user, api_key_id: int | None) -> bool:
+    """Whoever decided must still hold a deciding role now, not only when they decided."""
+    if user is not None:
+        return user.is_active and (
+            user.is_superuser
+            or supervisor_memberships(merchant=merchant).filter(user=user).exists()
+        )
+    if api_key_id is not None:
+        return ApiKey.objects.filter(
+            pk=api_key_id, revoked_at__isnull=True, merchant__active=True
+        ).exists()
+    return False
+
+
+def approvers_still_allowed(approval: Approval) -> bool:
+    """Everyone whose approval counted for the arguments about to run still holds a deciding
+    role (a policy's approval needs nobody). Approvals decided before votes were recorded
+    name their one decider on the row."""
+    if approval.decided_by_policy:
+        return True
+    votes = ApprovalVote.objects.filter(approval=approval, args_digest=approval.args_digest)
+    deciders = [(vote.user, vote.api_key_id) for vote in votes.select_related("user")]
+    if not deciders:
+        deciders = [(approval.decided_by, approval.decided_by_key_id)]
+    return all(
+        decider_still_allowed(merchant=approval.merchant, user=user, api_key_id=key_id)
+        for user, key_id in deciders
+    )
+
+
+def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingToolCall, key: str):
+    approval = Approval.objects.select_related("decided_by", "merchant").get(
+        interrupt_id=call.interrupt_id
+    )
+    if not approvers_still_allowed(approval):
+        return StepCommit(
+            next_node=Node.TOOLS,
+            advance_step=False,
+            fail_with=(
+                ErrorCode.APPROVER_REVOKED,
+                "Someone who approved the call no longer holds a deciding role.",
+            ),
+        )
+    validated = tool.args_model.model_validate(call.tool_args)
+    about_to_run = validated.model_dump(mode="json")
+    if (
+        args_digest(about_to_run) != approval.args_digest
+        or about_to_run != approval.approved_args
+        or call.tool_args != approval.approved_args
+    ):
+        return StepCommit(
+            next_node=Node.TOOLS,
+            advance_step=False,
+            fail_with=(
+                ErrorCode.APPROVAL_MISMATCH,
+                "The arguments about to run are not the ones approved.",
+            ),
+        )
+    context = ToolContext(
+        run_id=run.pk,
+        merchant_id=run.merchant_id,
+        account_id=run.account_id,
+        idempotency_key=key,
+        cancel=CancellationToken(),
+    )
+    status, result = approval_execute(
+        approval=approval, lease=lease, tool=tool, args=validated, context=context, step=run.step
+    )
+    return ToolOutcome(status, call.tool_args, result, recorded=True)
+
+
+def approval_execute(
+    *,
+    approval: Approval,
+    lease: Lease,
+    tool: Tool,
+    args: BaseModel,
+    context: ToolContext,
+    step: int,
+) -> tuple[str, dict[str, Any]]:
+    """Run an approved call: the side effect, EXECUTED and the ToolExecution commit together,
+    in a transaction that first proves, under the run's lock, that the worker still holds the
+    run. Once a cancel, /stop or takeover has committed, its run-end closed the call and this
+    raises LostRun: no side effect happens for that run, ever. Safe to call twice: the second
+    call changes nothing.
+    """
+    with transaction.atomic():
+        run = run_lock(approval.run_id)
+        if not run_services.lease_holds(run, lease):
+            raise LostRun(f"run {run.pk} is no longer held: its approved call is not executed")
+        approval = locks.approval_lock(pk=approval.pk)
+        done = ToolExecution.objects.filter(idempotency_key=context.idempotency_key).first()
+        if done is not None:
+            return done.status, done.result
+        transition_check(approval.status, ApprovalStatus.EXECUTED)
+        try:
+            result = tool.executor(args, context)
+            status = ToolStatus.SUCCEEDED
+        except ToolError as error:
+            result, status = {"status": "failed", "error": str(error)}, ToolStatus.FAILED
+        executed_args = args.model_dump(mode="json")
+        moved = Approval.objects.filter(
+            pk=approval.pk, status=ApprovalStatus.APPROVED_EXECUTING
+        ).update(status=ApprovalStatus.EXECUTED, executed_args=executed_args, result=result)
+        if moved != 1:
+            raise transaction.TransactionManagementError("approval changed under its lock")
+        run_services.tool_execution_record_locked(
+            run,
+            step=step,
+            idempotency_key=context.idempotency_key,
+            tool=tool.name,
+            args=executed_args,
+            status=status,
+            result=result,
+        )
+        snapshot = snapshot_parse(run.state_snapshot)
+        if snapshot.pending_tool_call.interrupt_id == approval.interrupt_id:
+            call = call_moved(snapshot.pending_tool_call, CallStatus.EXECUTED, result=result)
+            run_services.run_snapshot_save_locked(run, state_snapshot=call_snapshot(run, call))
+    return status, result
+
+
+def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
+    """What a run waiting for approval shows in its `pending` list."""
+    if run.status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
+        return []
+    try:
+        call = snapshot_parse(run.state_snapshot).pending_tool_call
+    except SnapshotError:
+        return []
+    if call.status != CallStatus.PENDING_APPROVAL:
+        return []
+    return [
+        {
+            "interrupt_id": call.interrupt_id,
+            "kind": "approval",
+            "tool_name": call.tool_name,
+            "tool_args": call.tool_args,
+            "expires_at": call.expires_at,
+        }
+    ]

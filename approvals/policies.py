@@ -1,0 +1,177 @@
+"""A shop's approval policies: writing a new version of one, and what a version asks of a call.
+
+Policies are versioned like releases. `policy_update` writes a new immutable version when a
+rule changes; a call records the version it was created under and what that version asked of
+it (how many approvals, when to escalate), so a later edit never changes a pending call.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from agentportal import errors
+from agentportal.models import Merchant
+from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
+from runs.tools import TOOLS
+
+# What a version's rules are made of; two versions with the same values are the same rules.
+RULE_FIELDS = (
+    "amount_field",
+    "auto_approve_up_to",
+    "two_approvers_from",
+    "escalate_after_seconds",
+    "escalate_to_operators",
+    "escalate_to_email",
+)
+NUMERIC_ANNOTATIONS = (Decimal, int, float)
+
+
+@dataclass(frozen=True)
+class PolicyRules:
+    amount_field: str
+    auto_approve_up_to: Decimal | None = None
+    two_approvers_from: Decimal | None = None
+    escalate_after_seconds: int | None = None
+    escalate_to_operators: bool = True
+    escalate_to_email: str = ""
+
+    @classmethod
+    def of(cls, version: ApprovalPolicyVersion) -> "PolicyRules":
+        return cls(**{name: getattr(version, name) for name in RULE_FIELDS})
+
+
+@dataclass(frozen=True)
+class CallRequirement:
+    """What a policy version asks of one call."""
+
+    auto_approve: bool
+    required_approvals: int
+    escalate_at: datetime | None
+
+
+def policy_rules_check(*, tool_name: str, rules: PolicyRules) -> None:
+    """400 with field errors unless the rules fit the tool: it exists and waits for approval,
+    the amount field is one of its numeric arguments, thresholds are not negative and the
+    auto-approval limit lies below the four-eyes threshold."""
+    from approvals.interrupts import APPROVAL_INTERRUPT
+
+    tool = TOOLS.get(tool_name)
+    if tool is None or tool.policy != APPROVAL_INTERRUPT.policy:
+        raise errors.InvalidInput(
+            f"{tool_name} is not a tool whose calls wait for approval.",
+            errors=[{"field": "tool_name", "message": "a tool whose calls need approval"}],
+        )
+    problems = []
+    field = tool.args_model.model_fields.get(rules.amount_field)
+    if field is None or field.annotation not in NUMERIC_ANNOTATIONS:
+        numeric = [
+            name
+            for name, info in tool.args_model.model_fields.items()
+            if info.annotation in NUMERIC_ANNOTATIONS
+        ]
+        problems.append(
+            {
+                "field": "amount_field",
+                "message": f"one of {tool_name}'s amounts: {', '.join(numeric) or 'none'}",
+            }
+        )
+    for name in ("auto_approve_up_to", "two_approvers_from"):
+        value = getattr(rules, name)
+        if value is not None and value < 0:
+            problems.append({"field": name, "message": "must not be negative"})
+    auto, four_eyes = rules.auto_approve_up_to, rules.two_approvers_from
+    if auto is not None and four_eyes is not None and auto >= four_eyes:
+        problems.append(
+            {
+                "field": "two_approvers_from",
+                "message": f"must be above auto_approve_up_to ({auto})",
+            }
+        )
+    if rules.escalate_after_seconds is not None and rules.escalate_after_seconds < 1:
+        problems.append({"field": "escalate_after_seconds", "message": "at least 1 second"})
+    if problems:
+        raise errors.InvalidInput("The policy's rules do not fit together.", errors=problems)
+
+
+def policy_update(
+    *, merchant: Merchant, tool_name: str, rules: PolicyRules, user=None
+) -> ApprovalPolicy:
+    """Set a tool's policy in a shop: a new version when a rule changed, nothing otherwise.
+
+    Locks the policy row (created first if the shop had none), so two concurrent edits make
+    two consecutive versions and never the same number twice.
+    """
+    policy_rules_check(tool_name=tool_name, rules=rules)
+    for _ in range(2):
+        try:
+            with transaction.atomic():
+                policy, _created = ApprovalPolicy.objects.get_or_create(
+                    merchant=merchant, tool_name=tool_name
+                )
+                break
+        except IntegrityError:
+            # Someone created it a moment ago; the second round finds it.
+            continue
+    with transaction.atomic():
+        policy = ApprovalPolicy.objects.select_for_update().get(pk=policy.pk)
+        current = policy.current
+        if current is not None and PolicyRules.of(current) == rules:
+            return policy
+        version = ApprovalPolicyVersion.objects.create(
+            policy=policy,
+            version=(current.version + 1) if current else 1,
+            created_by=user,
+            **{name: getattr(rules, name) for name in RULE_FIELDS},
+        )
+        moved = ApprovalPolicy.objects.filter(pk=policy.pk, current=current).update(current=version)
+        if moved != 1:
+            raise transaction.TransactionManagementError("policy changed under its lock")
+        policy.current = version
+    return policy
+
+
+def policy_version_current(*, merchant_id: int, tool_name: str) -> ApprovalPolicyVersion | None:
+    policy = (
+        ApprovalPolicy.objects.filter(merchant_id=merchant_id, tool_name=tool_name)
+        .select_related("current")
+        .first()
+    )
+    return policy.current if policy is not None else None
+
+
+def call_requirement(
+    *, version: ApprovalPolicyVersion | None, arguments: dict[str, Any], now: datetime
+) -> CallRequirement:
+    """What a call with these (validated) arguments needs under a policy version. Without a
+    policy: one approval, no escalation. An amount that cannot be read is never
+    auto-approved and needs two people where the policy has a four-eyes threshold."""
+    if version is None:
+        return CallRequirement(auto_approve=False, required_approvals=1, escalate_at=None)
+    amount = _amount(arguments.get(version.amount_field))
+    escalate_at = (
+        now + timedelta(seconds=version.escalate_after_seconds)
+        if version.escalate_after_seconds
+        else None
+    )
+    if amount is None:
+        auto, required = False, 2 if version.two_approvers_from is not None else 1
+    else:
+        auto = version.auto_approve_up_to is not None and amount <= version.auto_approve_up_to
+        four_eyes = version.two_approvers_from is not None and amount >= version.two_approvers_from
+        required = 2 if four_eyes else 1
+    return CallRequirement(
+        auto_approve=auto,
+        required_approvals=required,
+        escalate_at=None if auto else escalate_at,
+    )
+
+
+def _amount(value: Any) -> Decimal | None:
+    try:
+        amount = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return amount if amount.is_finite() else None

@@ -1,0 +1,43 @@
+"""Shared set-up of the approval-policy tests: a shop's policy, a refund that waits under it."""
+
+from decimal import Decimal
+
+from django.contrib.auth.models import User
+
+from agentportal.models import Merchant
+from approvals.models import Approval, ApprovalPolicy
+from approvals.policies import PolicyRules, policy_update
+from runs import worker
+from runs.models import AgentRun
+from tests import factories
+
+
+def policy_set(merchant: Merchant, **rules) -> ApprovalPolicy:
+    values = {"amount_field": "amount", **rules}
+    for name in ("auto_approve_up_to", "two_approvers_from"):
+        if values.get(name) is not None:
+            values[name] = Decimal(values[name])
+    return policy_update(merchant=merchant, tool_name="issue_refund", rules=PolicyRules(**values))
+
+
+def big_order(merchant: Merchant, number: str = "ORD-9001", total: str = "900.00"):
+    """An order of alice's with room for a large refund."""
+    return factories.order_create(
+        merchant=merchant, customer=User.objects.get(username="alice"), number=number, total=total
+    )
+
+
+def refund_run(merchant: Merchant, amount: str, order: str = "ORD-1003") -> AgentRun:
+    """alice asks for a refund and a worker takes the run as far as it goes."""
+    run = factories.run_queue(
+        customer=User.objects.get(username="alice"),
+        merchant=merchant,
+        message=f"I want a refund for {order} amount {amount}",
+    )
+    worker.tick()
+    run.refresh_from_db()
+    return run
+
+
+def approval_of(run: AgentRun) -> Approval:
+    return Approval.objects.get(run=run)

@@ -63,12 +63,23 @@ DECIDED = {"approve": "Approved", "revise": "Revised", "reject": "Rejected"}
 def _approval_decided(data: dict, decided_by: str | None) -> str:
     who = decided_by or data.get("decided_by") or "someone"
     if data.get("by_policy"):
-        who = "a rule"
+        who = f"the shop's policy ({data.get('decided_by')}), with no person"
     decision = data.get("decision", "")
     said = f"{DECIDED.get(decision, f'Decided ({decision})')} by {who}"
     if data.get("reason"):
         said += f": “{data['reason']}”"
     if data.get("decision") == "revise" and data.get("tool_args"):
+        said += f"; to run with {_value(data['tool_args'])}"
+    return said
+
+
+def _approval_given(data: dict) -> str:
+    said = (
+        f"{DECIDED.get(data.get('decision', ''), 'Approved')} by {data.get('by') or 'someone'}: "
+        f"{data.get('approvals_given')} of {data.get('required_approvals')} approvals; "
+        "waits for another person"
+    )
+    if data.get("tool_args"):
         said += f"; to run with {_value(data['tool_args'])}"
     return said
 
@@ -81,6 +92,10 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
     "tool.started": lambda data: f"Calling {data.get('tool')}",
     "tool.result": _tool_result,
     "approval.requested": _approval_requested,
+    "approval.approval_given": _approval_given,
+    "approval.escalated": lambda data: (
+        f"Escalated: nobody decided in time (waiting since {_at(data.get('waiting_since', ''))})"
+    ),
     "message.assistant": lambda data: f"Answered: “{_shortened(data.get('text', ''))}”",
     "run.completed": lambda data: "Completed",
     "run.failed": lambda data: f"Failed ({data.get('error_code')}): {data.get('detail', '')}",

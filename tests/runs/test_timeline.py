@@ -101,3 +101,28 @@ def test_the_call_page_shows_the_timeline_in_words_with_the_decider(demo):
     assert "issue_refund succeeded: amount 12.50" in page and "status executed" in page
     decided = approval.run.events.get(type="approval.decided")
     assert decided.created_at.strftime("%Y-%m-%d %H:%M:%S") in page
+
+
+def test_approval_policies_read_as_sentences():
+    assert event_sentence(
+        _event(
+            "approval.decided",
+            decision="approve",
+            decided_by="policy:3@2",
+            by_policy=True,
+            tool_args={"amount": "5.00"},
+        )
+    ) == ("Approved by the shop's policy (policy:3@2), with no person")
+    assert event_sentence(
+        _event(
+            "approval.approval_given",
+            decision="revise",
+            by="sam",
+            approvals_given=1,
+            required_approvals=2,
+            tool_args={"amount": "350.00"},
+        )
+    ) == ("Revised by sam: 1 of 2 approvals; waits for another person; to run with amount 350.00")
+    assert event_sentence(
+        _event("approval.escalated", waiting_since="2026-12-03T22:01:00.500000+00:00")
+    ) == ("Escalated: nobody decided in time (waiting since 2026-12-03 22:01:00 UTC)")

@@ -14,6 +14,8 @@ wait, 32 clients confirm them as the customers, then approve them as a superviso
 HTTP, and the reconcile tasks resume the runs (runs/s is then end to end, people included);
 it adds each phase's rate and the reconcile
 sweep's cost with --waiting runs (default 10,000) waiting on plans, a hundred of them changed.
+The `auto_approval` scenario is the `approval` one's refund under a policy that approves it
+with no person: the throughput phase, end to end.
 The `stop` scenario measures /stop: one worker is inside a slow warehouse call when a customer
 sends /stop; it reports the request's latency and the time from its answer until
 the worker abandoned the run (it starts the run queued behind it). The last line printed is
@@ -65,6 +67,7 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
+from approvals.policies import PolicyRules, policy_update
 from runs import services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunEvent, RunStatus
@@ -75,6 +78,8 @@ RUNS_PER_ACCOUNT = 3  # the open-run limit per account
 MESSAGES = {
     "plain": "What is the status of order {order}?",
     "approval": "I want a refund for {order} amount 10",
+    # Under the bench shop's policy for this scenario, refunds up to 10.00 need nobody.
+    "auto_approval": "I want a refund for {order} amount 10",
     "stop": "What is the status of order {order}?",
     "plan": "I want to exchange the shoes from order {order} for size 43",
     "llm": "What is the status of order {order}?",
@@ -154,6 +159,14 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
         self._portal_log = open(log, "a")  # noqa: SIM115 (children write to it until the end)
         merchant = self._bench_shop(max(runs, calibration_runs))
         self._clear(merchant)
+        policy_update(
+            merchant=merchant,
+            tool_name="issue_refund",
+            rules=PolicyRules(
+                amount_field="amount",
+                auto_approve_up_to=Decimal("10.00") if scenario == "auto_approval" else None,
+            ),
+        )
         queries_per_step, commits_per_run = self._calibrate(merchant, calibration_runs)
         self._clear(merchant)
         if scenario == "approval":

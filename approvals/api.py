@@ -32,6 +32,7 @@ from runs.serializers import RunSerializer
 DECISION_PROBLEMS = problems(
     "interrupt_mismatch",
     "already_decided",
+    "same_approver",
     "not_waiting",
     "run_finished",
     "interrupt_expired",

@@ -76,6 +76,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
     run_id = serializers.UUIDField()
     approvals_given = ApprovalGivenSerializer(source="current_votes", many=True)
     policy = PolicyRefSerializer(source="policy_version", allow_null=True)
+    required_approvals = serializers.IntegerField(min_value=1, max_value=2)
     args_digest = serializers.SerializerMethodField()
     decision = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()

@@ -34,6 +34,10 @@ from tests.problems import assert_problem
 REFUND = "I want a refund for ORD-1003 amount 20"
 APPROVALS = "/api/v1/approvals"
 APPROVAL_FIELDS = {
+    "required_approvals",
+    "approvals_given",
+    "policy",
+    "escalated_at",
     "interrupt_id",
     "run_id",
     "tool_name",

@@ -3,7 +3,7 @@
 run first, with runs.locks.run_lock. Call these inside a transaction; see runs.locks for what a
 lock means on each database."""
 
-from approvals.models import Approval, Order, Ticket
+from approvals.models import Approval, ApprovalPolicy, Order, Ticket
 
 
 def approval_lock(**lookup) -> Approval:
@@ -16,3 +16,9 @@ def ticket_lock(ticket_id) -> Ticket:
 
 def order_lock(order_id: int) -> Order:
     return Order.objects.select_for_update(of=("self",)).get(pk=order_id)
+
+
+def policy_lock(policy_id: int) -> ApprovalPolicy:
+    """A shop's policy of one tool, while a new version of it is written: taken alone, in a
+    transaction that locks nothing else, so it has no place in the order above."""
+    return ApprovalPolicy.objects.select_for_update(of=("self",)).get(pk=policy_id)

@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 
 from agentportal import errors
 from agentportal.models import Merchant
+from approvals.locks import policy_lock
 from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
 from runs.tools import TOOLS
 
@@ -116,7 +117,7 @@ def policy_update(
             # Someone created it a moment ago; the second round finds it.
             continue
     with transaction.atomic():
-        policy = ApprovalPolicy.objects.select_for_update().get(pk=policy.pk)
+        policy = policy_lock(policy.pk)
         current = policy.current
         if current is not None and PolicyRules.of(current) == rules:
             return policy

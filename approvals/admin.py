@@ -15,6 +15,7 @@ from approvals import plans, services
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
+    ApprovalPolicy,
     ApprovalStatus,
     BusinessEvent,
     Confirmation,
@@ -29,6 +30,9 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
+from approvals.policy_admin import ApprovalPolicyAdmin
+
+admin.site.register(ApprovalPolicy, ApprovalPolicyAdmin)
 
 
 @admin.register(Order)

@@ -15,6 +15,7 @@ from agentportal.serializers import (
     TextField,
 )
 from approvals.models import Approval, CancelCause, Decision, PlanDecision, Ticket, TicketStatus
+from approvals.policies import MAX_SECONDS
 from approvals.tools import ExchangeItems
 from runs.serializers import RunSerializer
 
@@ -154,8 +155,6 @@ AMOUNT_SCHEMA = {
     "example": "10.00",
 }
 AMOUNT = re.compile(r"-?\d{1,8}(?:\.\d{1,2})?")
-# The largest number of seconds the column holds.
-MAX_SECONDS = 2**31 - 1
 
 
 @extend_schema_field(AMOUNT_SCHEMA)

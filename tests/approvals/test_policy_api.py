@@ -220,6 +220,12 @@ BAD_RULES = [
     ),
     pytest.param(
         REFUND_POLICY,
+        {**RULES, "escalate_after_seconds": 2**31},
+        "escalate_after_seconds",
+        id="seconds-too-many",
+    ),
+    pytest.param(
+        REFUND_POLICY,
         {**RULES, "escalate_to_operators": "yes"},
         "escalate_to_operators",
         id="operators-text",

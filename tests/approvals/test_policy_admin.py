@@ -1,17 +1,22 @@
 """Approval policies in the admin: a shop's operators edit the rules, each changing save a new
 version through the policy's one writer; supervisors and other shops' operators see nothing;
-bad rules are form errors."""
+bad rules are form errors. And the approval page says who approved a call, under which
+policy version."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from agentportal.models import Merchant, Role
-from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
+from approvals.escalation import approval_escalate
+from approvals.models import Approval, ApprovalPolicy, ApprovalPolicyVersion
+from approvals.services import approval_decide_as_user
 from tests import factories
-from tests.approvals.policy_helpers import policy_set
+from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
 
 pytestmark = pytest.mark.django_db
 
@@ -40,6 +45,16 @@ def opal(demo):
 
 def change_url(policy: ApprovalPolicy) -> str:
     return f"{POLICIES}{policy.pk}/change/"
+
+
+def shown(page) -> dict[str, str]:
+    """What a read-only admin page shows in each field, by field name."""
+    return {
+        field.field["name"]: str(field.contents())
+        for fieldset in page.context["adminform"]
+        for line in fieldset
+        for field in line
+    }
 
 
 def versions() -> list[int]:
@@ -199,3 +214,51 @@ def test_a_superuser_sees_every_shops_policies(demo):
 
     assert page.status_code == 200
     assert "10.00" in page.text and "7.00" in page.text
+
+
+# --- who approved a call -------------------------------------------------------------------
+
+
+def test_the_approval_page_says_who_approved_under_which_policy_version(demo):
+    # given a 500.00 refund that needs two people, approved by sam, escalated since
+    policy = policy_set(demo, two_approvers_from="200.00", escalate_after_seconds=60)
+    big_order(demo)
+    approval = approval_of(refund_run(demo, "500", order="ORD-9001"))
+    approval_decide_as_user(
+        approval=approval, user=User.objects.get(username="sam"), decision="approve"
+    )
+    Approval.objects.filter(pk=approval.pk).update(
+        escalate_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert approval_escalate(interrupt_id=approval.interrupt_id)
+
+    # when sue opens the call in the admin
+    page = signed_in(User.objects.get(username="sue")).get(
+        f"/admin/approvals/approval/{approval.pk}/change/"
+    )
+
+    # then: sam's approval, two needed, the policy's version, when it was escalated
+    assert page.status_code == 200
+    fields = shown(page)
+    assert "<td>sam</td><td>approve</td>" in fields["approvals_given"]
+    assert fields["required_approvals"] == "2"
+    assert fields["policy"] == f"issue_refund policy, version 1 (policy:{policy.pk}@1)"
+    assert fields["escalated_at"] != "-"
+    assert fields["decided_by_whom"] == "-"
+
+
+def test_the_approval_page_says_when_the_policy_approved_a_call_itself(demo):
+    policy = policy_set(demo, auto_approve_up_to="10.00")
+    approval = approval_of(refund_run(demo, "5"))
+
+    page = signed_in(User.objects.get(username="sam")).get(
+        f"/admin/approvals/approval/{approval.pk}/change/"
+    )
+
+    assert page.status_code == 200
+    fields = shown(page)
+    assert (
+        fields["policy"] == f"issue_refund policy, version 1 (policy:{policy.pk}@1): approved by it"
+    )
+    assert fields["decided_by_whom"] == f"policy:{policy.pk}@1"
+    assert fields["approvals_given"] == "-"

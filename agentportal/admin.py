@@ -2,7 +2,7 @@ from django import forms
 from django.contrib import admin
 
 from agentportal.models import ApiKey, Membership, Merchant
-from agentportal.selectors import merchants_supervised_by
+from agentportal.selectors import merchants_operated_by, merchants_supervised_by
 from agentportal.webhooks import UnsafeWebhookUrl, webhook_url_check
 
 
@@ -37,6 +37,50 @@ class MerchantScopedAdmin(admin.ModelAdmin):
         if db_field.name == "merchant" and not request.user.is_superuser:
             kwargs["queryset"] = merchants_supervised_by(user=request.user)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+def operates_any(user) -> bool:
+    return user.is_active and user.is_staff and merchants_operated_by(user=user).exists()
+
+
+class OperatorScopedAdmin(MerchantScopedAdmin):
+    """A shop's settings rather than its daily work: seen and changed by the shop's operators
+    (and superusers) only. Supervisors of the shop do not see them, whatever Django
+    permissions they hold: access follows the membership, as for MerchantScopedAdmin."""
+
+    def _operates(self, request, obj=None) -> bool:
+        user = request.user
+        if user.is_superuser:
+            return True
+        if obj is None:
+            return operates_any(user)
+        return merchants_operated_by(user=user).filter(pk=obj.merchant_id).exists()
+
+    def has_module_permission(self, request):
+        return self._operates(request)
+
+    def has_view_permission(self, request, obj=None):
+        return self._operates(request, obj)
+
+    def has_add_permission(self, request):
+        return self._operates(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self._operates(request, obj)
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(
+            **{f"{self.merchant_field}__in": merchants_operated_by(user=request.user)}
+        )
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "merchant" and not request.user.is_superuser:
+            field.queryset = merchants_operated_by(user=request.user)
+        return field
 
 
 class ReadOnlyAdminMixin:

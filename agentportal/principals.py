@@ -28,6 +28,10 @@ class Principal:
         return self.role == Role.CUSTOMER
 
     @property
+    def is_operator(self) -> bool:
+        return self.role == Role.OPERATOR
+
+    @property
     def can_supervise(self) -> bool:
         return self.role in (Role.SUPERVISOR, Role.OPERATOR)
 

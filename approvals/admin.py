@@ -1,4 +1,5 @@
 import json
+from datetime import UTC
 
 from django import forms
 from django.contrib import admin, messages
@@ -7,7 +8,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from agentportal.admin import HistoryInline, MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
@@ -15,6 +16,7 @@ from approvals import plans, services
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
+    ApprovalPolicy,
     ApprovalStatus,
     BusinessEvent,
     Confirmation,
@@ -29,6 +31,9 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
+from approvals.policy_admin import ApprovalPolicyAdmin
+
+admin.site.register(ApprovalPolicy, ApprovalPolicyAdmin)
 
 
 @admin.register(Order)
@@ -110,8 +115,13 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         "args_digest",
         "decision",
         "reason",
-        "decided_by",
+        "decided_by_whom",
         "decided_at",
+        "required_approvals",
+        "approvals_given",
+        "policy",
+        "escalate_at",
+        "escalated_at",
         "expires_at",
         "result",
         "decide_link",
@@ -156,6 +166,44 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     @admin.display(description="executed arguments")
     def executed(self, approval):
         return self._json(approval.executed_args)
+
+    @admin.display(description="decided by")
+    def decided_by_whom(self, approval):
+        return approval.decided_by_name or "-"
+
+    @admin.display(description="approvals given")
+    def approvals_given(self, approval):
+        """Every approval given, oldest first; those of arguments a revision replaced no longer
+        count and say so."""
+        votes = list(approval.votes.select_related("user", "approval__merchant"))
+        if not votes:
+            return "-"
+        counting = {vote.pk for vote in approval.current_votes}
+        return format_html(
+            "<table><thead><tr><th>by</th><th>decision</th><th>at (UTC)</th><th></th></tr>"
+            "</thead><tbody>{}</tbody></table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                (
+                    (
+                        vote.voter_name,
+                        vote.decision,
+                        vote.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                        "" if vote.pk in counting else "for arguments since revised",
+                    )
+                    for vote in votes
+                ),
+            ),
+        )
+
+    @admin.display(description="policy")
+    def policy(self, approval):
+        version = approval.policy_version
+        if version is None:
+            return "-"
+        said = f"{approval.tool_name} policy, version {version.version} ({version.label})"
+        return f"{said}: approved by it" if approval.decided_by_policy else said
 
     @admin.display(description="decide")
     def decide_link(self, approval):

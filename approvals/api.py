@@ -1,5 +1,5 @@
-"""REST endpoints for tool-call decisions and exchange plans. Thin: parse, call one service,
-render."""
+"""REST endpoints for tool-call decisions, approval policies and exchange plans. Thin: parse,
+call one service, render."""
 
 from collections.abc import Callable
 
@@ -11,12 +11,16 @@ from agentportal.problems import Problem
 from agentportal.schema import problems
 from approvals import plans, selectors, services
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
+from approvals.policies import PolicyRules, policy_update
 from approvals.serializers import (
     ApprovalPageSerializer,
     ApprovalSerializer,
     DecisionOnApprovalSerializer,
     DecisionResultSerializer,
     DecisionSerializer,
+    PolicyListSerializer,
+    PolicyRulesSerializer,
+    PolicySerializer,
     TicketConfirmSerializer,
     TicketDecideSerializer,
     TicketPageSerializer,
@@ -128,6 +132,66 @@ class ApprovalDecisionView(APIView):
         return _decide(
             request, approval.run, DecisionOnApprovalSerializer, interrupt_id=interrupt_id
         )
+
+
+# --- approval policies -----------------------------------------------------------------------
+
+TOOL_NAME = OpenApiParameter(
+    "tool_name",
+    str,
+    OpenApiParameter.PATH,
+    description="A tool whose calls wait for approval, such as `issue_refund`.",
+)
+
+
+def policy_editor_or_403(request):
+    """A shop's rules are its operators' and its integrations' to read and set; supervisors
+    decide the calls under them, customers never see them. Checked before anything is looked
+    up, so the answer says nothing about which policies exist."""
+    principal = principal_of(request)
+    if not (principal.is_operator or principal.is_service):
+        raise Problem(
+            403, "permission_denied", "Only the shop's operators and service keys do this."
+        )
+    return principal
+
+
+class PoliciesView(APIView):
+    @extend_schema(operation_id="policies_list", responses=PolicyListSerializer)
+    def get(self, request):
+        principal = policy_editor_or_403(request)
+        policies = selectors.policies_of(merchant=principal.merchant)
+        return Response({"results": PolicySerializer(policies, many=True).data})
+
+
+class PolicyDetailView(APIView):
+    @extend_schema(
+        operation_id="policies_retrieve", parameters=[TOOL_NAME], responses=PolicySerializer
+    )
+    def get(self, request, tool_name):
+        principal = policy_editor_or_403(request)
+        policy = selectors.policy_of(merchant=principal.merchant, tool_name=tool_name)
+        if policy is None:
+            raise Problem(404, "not_found", "This shop has no policy for this tool.")
+        return Response(PolicySerializer(policy).data)
+
+    @extend_schema(
+        operation_id="policies_update",
+        parameters=[TOOL_NAME],
+        request=PolicyRulesSerializer,
+        responses=PolicySerializer,
+    )
+    def put(self, request, tool_name):
+        principal = policy_editor_or_403(request)
+        serializer = PolicyRulesSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        policy = policy_update(
+            merchant=principal.merchant,
+            tool_name=tool_name,
+            rules=PolicyRules(**serializer.validated_data),
+            user=principal.user,
+        )
+        return Response(PolicySerializer(policy).data)
 
 
 # --- tickets (exchange plans) -----------------------------------------------------------------

@@ -19,6 +19,6 @@ def order_lock(order_id: int) -> Order:
 
 
 def policy_lock(policy_id: int) -> ApprovalPolicy:
-    """A shop's policy for one tool, while a new version of it is written. Nothing else is
-    locked with it."""
+    """A shop's policy of one tool, while a new version of it is written: taken alone, in a
+    transaction that locks nothing else, so it has no place in the order above."""
     return ApprovalPolicy.objects.select_for_update(of=("self",)).get(pk=policy_id)

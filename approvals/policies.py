@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 
 from agentportal import errors
 from agentportal.models import Merchant
-from approvals import locks
+from approvals.locks import policy_lock
 from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
 from runs.tools import TOOLS
 
@@ -28,6 +28,8 @@ RULE_FIELDS = (
     "escalate_to_email",
 )
 NUMERIC_ANNOTATIONS = (Decimal, int, float)
+# The most seconds `escalate_after_seconds` holds (its column's range on every database).
+MAX_SECONDS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,13 @@ class CallRequirement:
     auto_approve: bool
     required_approvals: int
     escalate_at: datetime | None
+
+
+def policy_tool_names() -> list[str]:
+    """The tools a policy can be set for: those whose calls wait for approval."""
+    from approvals.interrupts import APPROVAL_INTERRUPT
+
+    return sorted(name for name, tool in TOOLS.items() if tool.policy == APPROVAL_INTERRUPT.policy)
 
 
 def policy_rules_check(*, tool_name: str, rules: PolicyRules) -> None:
@@ -117,7 +126,7 @@ def policy_update(
             # Someone created it a moment ago; the second round finds it.
             continue
     with transaction.atomic():
-        policy = locks.policy_lock(policy.pk)
+        policy = policy_lock(policy.pk)
         current = policy.current
         if current is not None and PolicyRules.of(current) == rules:
             return policy

@@ -12,6 +12,8 @@ from approvals import customer_words
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
+    ApprovalPolicy,
+    ApprovalPolicyVersion,
     ApprovalStatus,
     Order,
     Proposal,
@@ -99,6 +101,26 @@ def approvals_pending_for_supervisor(*, user, sort: str = "age") -> QuerySet[App
         )
         .order_by(*INBOX_SORTS[sort])
     )
+
+
+def policies_of(*, merchant) -> QuerySet[ApprovalPolicy]:
+    """A shop's approval policies by tool name, each with its current version. A policy
+    whose first version was never written has no rules yet: it is not listed."""
+    return (
+        ApprovalPolicy.objects.filter(merchant=merchant, current__isnull=False)
+        .select_related("current")
+        .order_by("tool_name")
+    )
+
+
+def policy_of(*, merchant, tool_name: str) -> ApprovalPolicy | None:
+    """The shop's policy of one tool; another shop's is not found."""
+    return policies_of(merchant=merchant).filter(tool_name=tool_name).first()
+
+
+def policy_versions(policy: ApprovalPolicy) -> QuerySet[ApprovalPolicyVersion]:
+    """Every version of a policy, newest first, with who wrote it."""
+    return policy.versions.select_related("created_by").order_by("-version")
 
 
 def orders_named(approvals) -> dict[tuple[int, int, str], Order]:

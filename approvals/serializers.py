@@ -1,3 +1,5 @@
+import re
+
 from django.conf import settings
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from pydantic import TypeAdapter
@@ -5,12 +7,15 @@ from rest_framework import serializers
 
 from agentportal.serializers import (
     InterruptIdField,
+    StrictBooleanField,
     StrictCharField,
+    StrictEmailField,
     StrictIntegerField,
     StrictSerializer,
     TextField,
 )
 from approvals.models import Approval, CancelCause, Decision, PlanDecision, Ticket, TicketStatus
+from approvals.policies import MAX_SECONDS
 from approvals.tools import ExchangeItems
 from runs.serializers import RunSerializer
 
@@ -137,6 +142,75 @@ class ApprovalPageSerializer(serializers.Serializer):
 class DecisionResultSerializer(serializers.Serializer):
     run = RunSerializer()
     approval = ApprovalSerializer()
+
+
+# --- approval policies -----------------------------------------------------------------------
+
+# An amount of a policy as the API writes and takes it: a decimal string of up to 8 digits and
+# 2 places ("10.00"). The parser lets a minus sign through for the policy's own rule to refuse
+# (policies.policy_rules_check: "must not be negative"); the schema states what is accepted.
+AMOUNT_SCHEMA = {
+    "type": "string",
+    "format": "decimal",
+    "pattern": r"^\d{1,8}(?:\.\d{1,2})?$",
+    "example": "10.00",
+}
+AMOUNT = re.compile(r"-?\d{1,8}(?:\.\d{1,2})?")
+
+
+@extend_schema_field(AMOUNT_SCHEMA)
+class AmountField(serializers.DecimalField):
+    default_error_messages = {"invalid": 'A decimal string such as "10.00" (2 places at most).'}
+
+    def __init__(self, **kwargs):
+        super().__init__(max_digits=10, decimal_places=2, **kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or not AMOUNT.fullmatch(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_SECONDS})
+class SecondsField(StrictIntegerField):
+    """Seconds a call may wait; below one is refused by the policy's own rule."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_value=MAX_SECONDS, **kwargs)
+
+
+class PolicyRulesSerializer(StrictSerializer):
+    """A PUT of a policy: its rules, all of them (null: never)."""
+
+    amount_field = StrictCharField(max_length=64)
+    auto_approve_up_to = AmountField(allow_null=True)
+    two_approvers_from = AmountField(allow_null=True)
+    escalate_after_seconds = SecondsField(allow_null=True)
+    escalate_to_operators = StrictBooleanField(default=True)
+    escalate_to_email = StrictEmailField(allow_blank=True, max_length=254, default="")
+
+
+class PolicySerializer(serializers.Serializer):
+    """A shop's policy of one tool, as its current version says. `id` and `version` are what
+    an approval it decided names: `policy:<id>@<version>`."""
+
+    id = serializers.IntegerField()
+    tool_name = serializers.CharField()
+    version = serializers.IntegerField(source="current.version")
+    amount_field = serializers.CharField(source="current.amount_field")
+    auto_approve_up_to = AmountField(source="current.auto_approve_up_to", allow_null=True)
+    two_approvers_from = AmountField(source="current.two_approvers_from", allow_null=True)
+    escalate_after_seconds = serializers.IntegerField(
+        source="current.escalate_after_seconds", allow_null=True
+    )
+    escalate_to_operators = serializers.BooleanField(source="current.escalate_to_operators")
+    escalate_to_email = serializers.CharField(source="current.escalate_to_email")
+    # When the rules in force were written: the current version's time.
+    updated_at = serializers.DateTimeField(source="current.created_at")
+
+
+class PolicyListSerializer(serializers.Serializer):
+    results = PolicySerializer(many=True)
 
 
 def _current(rows, version: int):

@@ -11,6 +11,8 @@ urlpatterns = [
         api.ApprovalDecisionView.as_view(),
         name="approval-decision",
     ),
+    path("policies", api.PoliciesView.as_view(), name="policies"),
+    path("policies/<str:tool_name>", api.PolicyDetailView.as_view(), name="policy"),
     path("tickets", api.TicketsView.as_view(), name="tickets"),
     path("tickets/<uuid:ticket_id>", api.TicketDetailView.as_view(), name="ticket"),
     path(

@@ -20,6 +20,7 @@ from runs import worker
 from runs.models import Conversation, RunInput
 from tests import factories
 from tests.approvals.plan_helpers import exchange_run, ticket_of
+from tests.approvals.policy_helpers import policy_set
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_cache")]
 
@@ -28,6 +29,8 @@ METHODS = ("get", "post", "put", "patch", "delete")
 OUTSIDERS = ("another customer", "another shop's customer")
 WITHOUT_STANDING = ("revoked key", "no key")
 INSIDERS = ("owner", "supervisor", "service key")
+# Path parameters that name a shop's resource by a name each shop has its own of.
+NAMED_PER_SHOP = {"tool_name"}
 
 
 def _operations() -> list[tuple[str, str, dict]]:
@@ -46,8 +49,10 @@ OPERATIONS = _operations()
 @pytest.fixture
 def world(demo):
     """Alice's resources (a run waiting for a refund decision, an exchange plan, a
-    conversation, an answer's receipt) and a client for every kind of caller."""
+    conversation, an answer's receipt), her shop's refund policy and a client for every kind
+    of caller."""
     alice = User.objects.get(username="alice")
+    policy = policy_set(demo, auto_approve_up_to="5.00")
     run = factories.run_queue(customer=alice, merchant=demo, message=REFUND)
     worker.tick()
     ticket = ticket_of(exchange_run(demo))
@@ -61,6 +66,7 @@ def world(demo):
         "conversation_id": str(conversation.pk),
         "ticket_id": str(ticket.pk),
         "idempotency_key": receipt.idempotency_key,
+        "tool_name": policy.tool_name,
     }
     other_shop = Merchant.objects.get(slug="other-shop")
     keys = {
@@ -116,6 +122,11 @@ def test_every_caller_gets_only_what_the_schema_and_the_tenancy_allow(
         assert answer.status_code in declared, f"undeclared status, {seen}"
         if caller in WITHOUT_STANDING:
             assert answer.status_code == 401, seen
+        elif caller in OUTSIDERS and names and set(names) <= NAMED_PER_SHOP:
+            unused = template.format(**{name: "no-such-name" for name in names})
+            assert _call(world.clients[caller], method, unused).status_code == (
+                answer.status_code
+            ), seen
         elif caller in OUTSIDERS and names:
             assert answer.status_code == 404, seen
         elif caller in OUTSIDERS and answer.status_code < 300:

@@ -1,0 +1,224 @@
+"""The admin of a shop's approval policies: its operators edit the rules of a tool's policy as
+fields; each save that changes one writes a new version through `policy_update`, and the
+versions before it are listed, never edited."""
+
+from datetime import UTC
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils.html import format_html, format_html_join
+
+from agentportal.admin import OperatorScopedAdmin
+from agentportal.errors import InvalidInput
+from approvals import selectors
+from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
+from approvals.policies import (
+    MAX_SECONDS,
+    RULE_FIELDS,
+    PolicyRules,
+    policy_rules_check,
+    policy_tool_names,
+    policy_update,
+)
+
+
+class ApprovalPolicyForm(forms.ModelForm):
+    """The policy's rules as fields, filled from its current version; the rules are checked
+    together by the policy's own check, whose refusals are this form's errors."""
+
+    amount_field = forms.CharField(
+        max_length=64,
+        initial="amount",
+        help_text="The argument of the tool's calls the amounts below compare with.",
+    )
+    auto_approve_up_to = forms.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        required=False,
+        help_text="Calls up to this amount are approved by the policy, by nobody. Blank: never.",
+    )
+    two_approvers_from = forms.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        required=False,
+        help_text="Calls from this amount need two different people. Blank: never.",
+    )
+    escalate_after_seconds = forms.IntegerField(
+        required=False,
+        max_value=MAX_SECONDS,
+        help_text="A call still undecided this many seconds after it came is escalated. "
+        "Blank: never.",
+    )
+    escalate_to_operators = forms.BooleanField(
+        required=False, initial=True, help_text="Escalations go to the shop's operators."
+    )
+    escalate_to_email = forms.EmailField(
+        required=False, max_length=254, help_text="And to this address, if one is given."
+    )
+
+    class Meta:
+        model = ApprovalPolicy
+        fields = ["merchant", "tool_name"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "tool_name" in self.fields:
+            self.fields["tool_name"] = forms.ChoiceField(
+                choices=[(name, name) for name in policy_tool_names()],
+                help_text="A tool whose calls wait for approval.",
+            )
+        current = self.instance.current if self.instance.pk else None
+        if current is not None:
+            for name in RULE_FIELDS:
+                self.initial.setdefault(name, getattr(current, name))
+
+    def clean(self):
+        cleaned = super().clean()
+        self.rules = None
+        if self.errors:
+            return cleaned
+        rules = PolicyRules(**{name: cleaned.get(name) for name in RULE_FIELDS})
+        try:
+            policy_rules_check(
+                tool_name=cleaned.get("tool_name", self.instance.tool_name), rules=rules
+            )
+        except InvalidInput as refusal:
+            for error in refusal.errors or [{"field": "", "message": refusal.detail}]:
+                field = error["field"] if error["field"] in self.fields else None
+                self.add_error(field, error["message"])
+        else:
+            self.rules = rules
+        return cleaned
+
+
+def _amount(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value} s"
+
+
+def _escalated_to(version: ApprovalPolicyVersion) -> str:
+    if version.escalate_after_seconds is None:
+        return "-"
+    whom = (["operators"] if version.escalate_to_operators else []) + (
+        [version.escalate_to_email] if version.escalate_to_email else []
+    )
+    return ", ".join(whom) or "nobody"
+
+
+class ApprovalPolicyAdmin(OperatorScopedAdmin):
+    form = ApprovalPolicyForm
+    list_display = [
+        "tool_name",
+        "merchant",
+        "version",
+        "amount_field",
+        "auto_approve_up_to",
+        "two_approvers_from",
+        "escalate_after",
+        "escalate_to",
+        "updated",
+    ]
+    list_select_related = ["merchant", "current"]
+    search_fields = ["tool_name"]
+
+    def get_list_filter(self, request):
+        return ["merchant"] if request.user.is_superuser else []
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["merchant", "tool_name", *RULE_FIELDS]
+        return ["merchant", "tool_name", "version", *RULE_FIELDS, "versions"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else ["merchant", "tool_name", "version", "versions"]
+
+    def has_delete_permission(self, request, obj=None):
+        # Calls keep the version they were created under; a policy is turned off by blanking
+        # its rules, in a new version.
+        return False
+
+    @admin.display(description="version")
+    def version(self, policy: ApprovalPolicy):
+        return policy.current.version if policy.current else "-"
+
+    @admin.display(description="amount field")
+    def amount_field(self, policy: ApprovalPolicy):
+        return policy.current.amount_field if policy.current else "-"
+
+    @admin.display(description="approved by the policy up to")
+    def auto_approve_up_to(self, policy: ApprovalPolicy):
+        return _amount(policy.current.auto_approve_up_to) if policy.current else "-"
+
+    @admin.display(description="two people from")
+    def two_approvers_from(self, policy: ApprovalPolicy):
+        return _amount(policy.current.two_approvers_from) if policy.current else "-"
+
+    @admin.display(description="escalate after")
+    def escalate_after(self, policy: ApprovalPolicy):
+        return _seconds(policy.current.escalate_after_seconds) if policy.current else "-"
+
+    @admin.display(description="escalate to")
+    def escalate_to(self, policy: ApprovalPolicy):
+        return _escalated_to(policy.current) if policy.current else "-"
+
+    @admin.display(description="updated (UTC)")
+    def updated(self, policy: ApprovalPolicy):
+        if policy.current is None:
+            return "-"
+        return policy.current.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+    @admin.display(description="versions")
+    def versions(self, policy: ApprovalPolicy):
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    version.version,
+                    version.amount_field,
+                    _amount(version.auto_approve_up_to),
+                    _amount(version.two_approvers_from),
+                    _seconds(version.escalate_after_seconds),
+                    _escalated_to(version),
+                    version.created_by.get_username() if version.created_by else "service key",
+                    version.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                )
+                for version in selectors.policy_versions(policy)
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>version</th><th>amount field</th>"
+            "<th>approved by the policy up to</th><th>two people from</th>"
+            "<th>escalate after</th><th>escalate to</th><th>by</th><th>at (UTC)</th>"
+            "</tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    def save_model(self, request, obj, form, change):
+        """Through the policy's one writer: a new version when a rule changed, none
+        otherwise; `obj` becomes the policy as saved."""
+        before = obj.current_id if change else None
+        policy = policy_update(
+            merchant=obj.merchant, tool_name=obj.tool_name, rules=form.rules, user=request.user
+        )
+        for name in ("id", "current_id", "created_at", "updated_at"):
+            setattr(obj, name, getattr(policy, name))
+        obj.current = policy.current
+        obj._state.adding = False
+        obj._state.db = policy._state.db
+        obj.version_written = policy.current_id != before
+
+    def response_change(self, request, obj):
+        if not getattr(obj, "version_written", True):
+            self.message_user(
+                request,
+                f"No rule changed: version {obj.current.version} is still the current one.",
+                messages.INFO,
+            )
+        else:
+            self.message_user(request, f"Version {obj.current.version} written.")
+        return super().response_change(request, obj)

@@ -48,6 +48,10 @@ APPROVAL_FIELDS = {
     "decided_at",
     "expires_at",
     "cancel_cause",
+    "required_approvals",
+    "approvals_given",
+    "policy",
+    "escalated_at",
     "result",
     "created_at",
 }

@@ -98,7 +98,10 @@ def test_after_his_approval_sam_sees_it_waiting_for_another_supervisor_and_canno
 
     # then his inbox says the call waits for someone else
     row = _row(_text(sam.get("/portal/inbox/rows/")), large_refund)
-    assert "1 of 2 approvals: you · <strong>waiting for another supervisor</strong>" in row
+    assert (
+        '1 of 2 approvals: you</span><br><strong class="waiting-for-another">'
+        "Waiting for another supervisor</strong>"
+    ) in row
 
 
 def test_sue_sees_sams_approval_and_her_approval_completes_the_call(large_refund):
@@ -111,7 +114,7 @@ def test_sue_sees_sams_approval_and_her_approval_completes_the_call(large_refund
 
     # then she reads sam's approval, and may give the second
     assert "1 of 2 approvals: sam</span>" in row
-    assert "waiting for another supervisor" not in row
+    assert "Waiting for another supervisor" not in row
     assert "Needs 2 approvals: 1 given by <strong>sam</strong> at" in page
     assert "You approved this" not in page
     assert APPROVE_BUTTON in page

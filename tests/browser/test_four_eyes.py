@@ -108,6 +108,36 @@ def test_sam_approves_first_and_waits_then_sue_sees_it_in_her_inbox_and_approves
     assert sam.evaluate("window.notReloaded") is True
 
 
+def test_sams_changes_count_as_his_approval_and_sue_approves_what_he_changed(
+    large_refund, signed_in, live_server
+):
+    # when sam lowers the amount in the typed form, reviews it and approves his revision
+    sam = signed_in("sam")
+    sam.click(f"{_row(large_refund)} a")
+    sam.fill("#id_arg-amount", "350.00")
+    sam.click("#typed-form button[value=preview]")
+    sam.click("button[value=revise]")
+
+    # then his revision is his approval, and the call waits for a second one
+    assert "Your changes count as your approval (1 of 2 approvals)" in sam.inner_text(".messages")
+    assert sam.locator("button[value=approve]").count() == 0
+
+    # when sue opens it, she is offered sam's changes, in the form too
+    sue = signed_in("sue")
+    sue.goto(f"{live_server.url}/portal/approvals/{large_refund.interrupt_id}/")
+    assert "1 given by sam (with changes)" in sue.inner_text("#approvals")
+    assert "350.00 EUR" in sue.inner_text("#approved-args")
+    assert sue.inner_text("#typed-form button[value=approve]") == "Approve sam's changes"
+    assert sue.input_value("#id_arg-amount") == "350.00"
+    _both_widths(sue, "four-eyes-revised-by-the-first")
+    sue.click("#typed-form button[value=approve]")
+
+    # then the revision is what was approved
+    large_refund.refresh_from_db()
+    assert large_refund.status in (ApprovalStatus.APPROVED_EXECUTING, ApprovalStatus.EXECUTED)
+    assert large_refund.approved_args["amount"] == "350.00"
+
+
 def test_an_escalated_call_is_marked_and_comes_first(demo, signed_in):
     # given a small refund, then a large one nobody decided in time
     policy_set(demo, two_approvers_from="200.00", escalate_after_seconds=600)

@@ -154,10 +154,13 @@ def approval_decision_context(approval: Approval) -> dict[str, Any]:
     amount = _amount(arguments)
     warnings = []
     if approval.status == ApprovalStatus.PENDING_APPROVAL and approval.tool_name == "issue_refund":
+        # The amount an approval now would pay: a colleague's revision waiting for a second
+        # approval, or the model's.
+        judged = _amount(arguments_on_the_table(approval))
         warnings = refund_warnings(
             order_number=number,
             order=order,
-            amount=amount if amount is not None else Decimal("0"),
+            amount=judged if judged is not None else Decimal("0"),
             customer_texts=[line.text for line in transcript if line.speaker == "customer"],
             open_amounts=open_amounts,
         )

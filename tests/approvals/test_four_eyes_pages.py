@@ -178,6 +178,8 @@ def test_sams_changes_count_as_his_approval_and_sue_approves_them(large_refund):
     assert "<h2>Changed by sam, waiting for another approval</h2>" in page
     assert "Approve sam&#x27;s changes</button>" in page
     assert 'name="arg-amount" value="350.00"' in page
+    # the warnings judge what she would approve: alice asked for 500
+    assert "The customer never wrote 350.00 in their messages" in page
 
     # when she approves them, the refund paid is sam's
     _page(sue, large_refund, action="approve")

@@ -1,5 +1,6 @@
 """What a supervisor needs to decide a call, in plain words: what the customer said, the
-order the call is about, what looks wrong with it; and the inbox's rows, readable."""
+order the call is about, what looks wrong with it, who approved it already and what its
+policy asks; and the inbox's rows, readable."""
 
 import json
 import re
@@ -12,7 +13,14 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from approvals import selectors
-from approvals.models import Approval, ApprovalStatus, Order
+from approvals.models import (
+    Approval,
+    ApprovalPolicyVersion,
+    ApprovalStatus,
+    ApprovalVote,
+    Decision,
+    Order,
+)
 from runs import selectors as run_selectors
 
 TOOL_LABELS = {"issue_refund": "Refund"}
@@ -146,10 +154,13 @@ def approval_decision_context(approval: Approval) -> dict[str, Any]:
     amount = _amount(arguments)
     warnings = []
     if approval.status == ApprovalStatus.PENDING_APPROVAL and approval.tool_name == "issue_refund":
+        # The amount an approval now would pay: a colleague's revision waiting for a second
+        # approval, or the model's.
+        judged = _amount(arguments_on_the_table(approval))
         warnings = refund_warnings(
             order_number=number,
             order=order,
-            amount=amount if amount is not None else Decimal("0"),
+            amount=judged if judged is not None else Decimal("0"),
             customer_texts=[line.text for line in transcript if line.speaker == "customer"],
             open_amounts=open_amounts,
         )
@@ -225,6 +236,85 @@ def _earlier_refunds(order: Order, approval: Approval) -> tuple[list[dict], list
     return rows, open_amounts
 
 
+# --- who approved, and what the call still needs -------------------------------------------------
+
+
+def arguments_on_the_table(approval: Approval) -> dict[str, Any]:
+    """What approving the call now approves: a colleague's revision waiting for a second
+    approval, or what the model asked for."""
+    return approval.approved_args if approval.approved_args is not None else approval.proposed_args
+
+
+def policy_described(version: ApprovalPolicyVersion) -> str:
+    """A policy version's rules as a supervisor reads them: "two approvers from 200.00
+    (version 1)"."""
+    rules = []
+    if version.auto_approve_up_to is not None:
+        rules.append(f"approved by the rule up to {money(version.auto_approve_up_to)}")
+    if version.two_approvers_from is not None:
+        rules.append(f"two approvers from {money(version.two_approvers_from)}")
+    if version.escalate_after_seconds:
+        rules.append(f"escalated after {_duration(version.escalate_after_seconds)} undecided")
+    return f"{', '.join(rules) or 'one approver'} (version {version.version})"
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds} second{'s' if seconds != 1 else ''}"
+    now = timezone.now()
+    return timesince(now - timedelta(seconds=seconds), now)
+
+
+def approvals_context(approval: Approval, *, user) -> dict[str, Any]:
+    """The approval page's account of the approvals: who approved the arguments on the table
+    and when, whether this supervisor may approve (not twice: a call that needs two people
+    needs two different ones), whose changes an approval now approves, and the policy."""
+    pending = approval.status == ApprovalStatus.PENDING_APPROVAL
+    votes = approval.current_votes
+    approved_by_me = pending and any(vote.user_id == user.pk for vote in votes)
+    revised = pending and approval.approved_args not in (None, approval.proposed_args)
+    revisers = [vote.voter_name for vote in votes if vote.decision == Decision.REVISE]
+    return {
+        "four_eyes": approval.required_approvals > 1,
+        "approvals_given": [_given(vote) for vote in votes],
+        "approved_by_me": approved_by_me,
+        "can_approve": pending and not approved_by_me,
+        "revised_by": revisers[0] if revised and revisers else "",
+        "approve_label": (
+            f"Approve {revisers[0]}'s changes" if revised and revisers else "Approve as proposed"
+        ),
+        "on_the_table": arguments_on_the_table(approval),
+        "policy": policy_described(approval.policy_version) if approval.policy_version else "",
+    }
+
+
+def _given(vote: ApprovalVote) -> dict[str, Any]:
+    return {
+        "by": vote.voter_name,
+        "at": vote.created_at,
+        "revised": vote.decision == Decision.REVISE,
+    }
+
+
+def approvals_note(approval: Approval, *, user_id: int) -> tuple[str, bool]:
+    """An inbox row's word on a call that needs two approvals ("needs 2 approvals", "1 of 2
+    approvals: sam"; "you" for the supervisor reading it), and whether they gave one: then
+    it waits for another supervisor. Nothing for a call one approval decides."""
+    if approval.required_approvals <= 1:
+        return "", False
+    votes = approval.current_votes
+    required = approval.required_approvals
+    if not votes:
+        return f"needs {required} approvals", False
+    names = ", ".join(
+        ("you" if vote.user_id == user_id else vote.voter_name)
+        + (" (with changes)" if vote.decision == Decision.REVISE else "")
+        for vote in votes
+    )
+    mine = any(vote.user_id == user_id for vote in votes)
+    return f"{len(votes)} of {required} approvals: {names}", mine
+
+
 # --- the inbox ---------------------------------------------------------------------------------
 
 # How many rows the inbox lists at once, of each kind.
@@ -240,6 +330,7 @@ def inbox_context(*, user, sort: str | None) -> dict[str, Any]:
     orders = selectors.orders_named(calls)
     for call in calls:
         call.label = call_label(call.tool_name)
+        call.approvals_note, call.approved_by_me = approvals_note(call, user_id=user.pk)
         call.order_number = _order_number(call.proposed_args)
         order = orders.get((call.merchant_id, call.run.account_id, call.order_number))
         call.amount_shown = (

@@ -21,6 +21,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import connection
+from django.db.models import Count
 from django.utils.html import escape
 
 from agentportal.models import Membership, Role
@@ -67,7 +68,12 @@ def _digest(parts: Iterable[object]) -> str:
 
 
 def approval_digest(approval: Approval) -> str:
-    return _digest([approval.status, approval.updated_at])
+    """A call's page changes with its status, and with each approval given or escalation
+    while it waits (a colleague's vote must reach the other supervisors' open pages)."""
+    votes = getattr(approval, "votes_given", None)
+    if votes is None:
+        votes = len(approval.votes.all())
+    return _digest([approval.status, approval.updated_at, votes, approval.escalated_at])
 
 
 def ticket_digest(ticket: Ticket) -> str:
@@ -76,7 +82,11 @@ def ticket_digest(ticket: Ticket) -> str:
 
 def _approval_states(keys: list[str]) -> dict[str, tuple[str, int, list[int]]]:
     """By approval: its page's digest, its shop, and no one else who may view it."""
-    approvals = Approval.objects.filter(pk__in=keys).only("status", "updated_at", "merchant")
+    approvals = (
+        Approval.objects.filter(pk__in=keys)
+        .only("status", "updated_at", "escalated_at", "merchant")
+        .annotate(votes_given=Count("votes"))
+    )
     return {
         str(approval.pk): (approval_digest(approval), approval.merchant_id, [])
         for approval in approvals
@@ -106,7 +116,9 @@ def inbox_digest(user_id: str) -> str:
     )
     return _digest(
         [
-            *approvals.order_by("pk").values_list("pk", "updated_at"),
+            *approvals.annotate(votes_given=Count("votes"))
+            .order_by("pk")
+            .values_list("pk", "updated_at", "escalated_at", "votes_given"),
             *tickets.order_by("pk").values_list("pk", "version", "status"),
         ]
     )

@@ -105,7 +105,7 @@ def approval_page(request, interrupt_id: str):
     typed = (
         ArgumentsForm(
             tool.args_model,
-            approval.proposed_args,
+            decision_context.arguments_on_the_table(approval),
             request.POST if ArgumentsForm.submitted(request.POST) else None,
         )
         if tool
@@ -124,14 +124,14 @@ def approval_page(request, interrupt_id: str):
                 if action == "preview":
                     diff = _diff(approval, _validated(approval, tool_args))
                 else:
-                    services.approval_decide_as_user(
+                    _, decided = services.approval_decide_as_user(
                         approval=approval,
                         user=request.user,
                         decision=action,
                         tool_args=tool_args if action == Decision.REVISE else None,
                         reason=form.cleaned_data["reason"],
                     )
-                    messages.success(request, _done_message(action))
+                    messages.success(request, _done_message(action, decided))
                     return redirect("portal-approval", interrupt_id=interrupt_id)
             except DomainError as error:
                 _explain(request, form, error, typed if typed_used else None)
@@ -158,18 +158,19 @@ def approval_page(request, interrupt_id: str):
             "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
             "seen": live.approval_digest(approval),
             **decision_context.approval_decision_context(approval),
+            **decision_context.approvals_context(approval, user=request.user),
         },
     )
 
 
 def _editable(request, form: DecisionForm, approval: Approval, diff) -> str:
     """The arguments' text in the editor: what the supervisor sent, kept as typed (an error
-    must not lose an edit), or as reviewed once valid; else the proposed ones."""
+    must not lose an edit), or as reviewed once valid; else the ones an approval approves."""
     if diff and form.cleaned_data["tool_args"] is not None:
         return json.dumps(form.cleaned_data["tool_args"], indent=2)
     if request.method == "POST" and "tool_args" in request.POST:
         return request.POST["tool_args"]
-    return json.dumps(approval.proposed_args, indent=2)
+    return json.dumps(decision_context.arguments_on_the_table(approval), indent=2)
 
 
 def _validated(approval: Approval, tool_args) -> dict:
@@ -195,7 +196,16 @@ def _diff(approval: Approval, revised: dict) -> list[dict]:
     ]
 
 
-def _done_message(action: str) -> str:
+def _done_message(action: str, approval: Approval) -> str:
+    if approval.status == ApprovalStatus.PENDING_APPROVAL:
+        # The first of two approvals: nothing runs yet.
+        given = f"{len(approval.current_votes)} of {approval.required_approvals} approvals"
+        if action == Decision.REVISE:
+            return (
+                f"Your changes count as your approval ({given}): another supervisor must "
+                "approve them before the agent runs the call."
+            )
+        return f"Approved ({given}): another supervisor must approve it too before it runs."
     return {
         "approve": "Approved: the agent carries on and runs the call.",
         "revise": "Approved with your changes: the agent runs the revised call.",
@@ -219,6 +229,9 @@ def _explain(
         messages.warning(request, "This call expired before your decision; nothing was run.")
     elif isinstance(refusal, errors.RunFinished):
         messages.warning(request, "The run was cancelled or has ended; nothing was run.")
+    elif isinstance(refusal, errors.SameApprover):
+        # Two tabs, or a page drawn before this person's own approval: said, not an error page.
+        messages.warning(request, f"{refusal.detail} Nothing was changed.")
     elif refusal.errors:
         # An argument's error goes beside the editor, named as the arguments name it.
         for error in refusal.errors:

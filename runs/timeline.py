@@ -74,14 +74,23 @@ def _approval_decided(data: dict, decided_by: str | None) -> str:
 
 
 def _approval_given(data: dict) -> str:
+    """One approval of a call that needs more: who, how many of how many, what runs."""
+    decision = data.get("decision", "")
     said = (
-        f"{DECIDED.get(data.get('decision', ''), 'Approved')} by {data.get('by') or 'someone'}: "
-        f"{data.get('approvals_given')} of {data.get('required_approvals')} approvals; "
-        "waits for another person"
+        f"{DECIDED.get(decision, f'Decided ({decision})')} by {data.get('by') or 'someone'}: "
+        f"{data.get('approvals_given')} of {data.get('required_approvals')} approvals, "
+        "waiting for another"
     )
-    if data.get("tool_args"):
+    if decision == "revise" and data.get("tool_args"):
         said += f"; to run with {_value(data['tool_args'])}"
     return said
+
+
+def _approval_escalated(data: dict) -> str:
+    return (
+        f"Escalated: undecided since {_at(data.get('waiting_since', ''))}, "
+        f"expires {_at(data.get('expires_at', ''))}"
+    )
 
 
 SENTENCES: dict[str, Callable[[dict], str]] = {
@@ -93,9 +102,7 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
     "tool.result": _tool_result,
     "approval.requested": _approval_requested,
     "approval.approval_given": _approval_given,
-    "approval.escalated": lambda data: (
-        f"Escalated: nobody decided in time (waiting since {_at(data.get('waiting_since', ''))})"
-    ),
+    "approval.escalated": _approval_escalated,
     "message.assistant": lambda data: f"Answered: “{_shortened(data.get('text', ''))}”",
     "run.completed": lambda data: "Completed",
     "run.failed": lambda data: f"Failed ({data.get('error_code')}): {data.get('detail', '')}",

@@ -1,14 +1,18 @@
 """Live pages: what a page's stream hears (its page changed, who else is viewing it), and who
 may follow a page."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
-from approvals import live, selectors, services
-from approvals.models import Approval
+from approvals import escalation, live, selectors, services
+from approvals.models import Approval, ApprovalStatus, ApprovalVote
 from runs import conversations, worker
 from tests import factories
+from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
 from tests.http import open_stream
 
 
@@ -90,6 +94,80 @@ def test_the_inbox_changes_when_a_call_arrives_and_the_chat_when_the_customer_wr
     after = live.page_states([inbox, chat])
     assert after[inbox].digest != before[inbox].digest
     assert after[chat].digest != before[chat].digest
+
+
+def _four_eyes_refund(demo) -> Approval:
+    """A 500.00 refund that needs two supervisors and is escalated after ten minutes."""
+    policy_set(demo, two_approvers_from="200.00", escalate_after_seconds=600)
+    big_order(demo)
+    return approval_of(refund_run(demo, "500", order="ORD-9001"))
+
+
+def _drawn(approval: Approval) -> str:
+    """The digest the call's page is drawn with, as the page view reads the call."""
+    shown = selectors.approvals_for_supervisor(user=_user("sue")).get(pk=approval.pk)
+    return live.approval_digest(shown)
+
+
+def test_the_other_supervisors_pages_change_when_a_first_approval_is_given(demo):
+    # given sue has the call and her inbox open, drawn before sam approves
+    approval = _four_eyes_refund(demo)
+    topics = [live.Topic("approval", str(approval.pk)), live.Topic("inbox", str(_user("sue").pk))]
+    before = live.page_states(topics)
+    assert before[topics[0]].digest == _drawn(approval)
+
+    # when sam gives the first of the two approvals
+    services.approval_decide_as_user(approval=approval, user=_user("sam"), decision="approve")
+
+    # then the call still waits, and both her pages are told they changed; the hub's digest
+    # is the one a page drawn now is drawn with
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+    after = live.page_states(topics)
+    assert after[topics[0]].digest != before[topics[0]].digest
+    assert after[topics[1]].digest != before[topics[1]].digest
+    assert after[topics[0]].digest == _drawn(approval)
+
+
+def test_the_pages_change_when_the_call_is_escalated(demo):
+    approval = _four_eyes_refund(demo)
+    topics = [live.Topic("approval", str(approval.pk)), live.Topic("inbox", str(_user("sue").pk))]
+    before = live.page_states(topics)
+
+    # when its time to be decided has passed and it is escalated
+    Approval.objects.filter(pk=approval.pk).update(
+        escalate_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert escalation.approval_escalate(interrupt_id=approval.interrupt_id)
+
+    after = live.page_states(topics)
+    assert after[topics[0]].digest != before[topics[0]].digest
+    assert after[topics[1]].digest != before[topics[1]].digest
+    assert after[topics[0]].digest == _drawn(approval)
+
+
+def test_a_vote_or_an_escalation_changes_the_digests_even_where_updated_at_stays(demo):
+    # given a call whose updated_at nothing below touches (an update() does not bump it)
+    approval = _four_eyes_refund(demo)
+    topics = [live.Topic("approval", str(approval.pk)), live.Topic("inbox", str(_user("sue").pk))]
+    states = [live.page_states(topics)]
+
+    # when a vote is written, then the call is marked escalated
+    ApprovalVote.objects.create(
+        approval=approval,
+        voter=f"user:{_user('sam').pk}",
+        user=_user("sam"),
+        decision="approve",
+        args_digest="a" * 64,
+    )
+    states.append(live.page_states(topics))
+    Approval.objects.filter(pk=approval.pk).update(escalated_at=timezone.now())
+    states.append(live.page_states(topics))
+
+    # then each step changed both pages' digests
+    for topic in topics:
+        digests = [state[topic].digest for state in states]
+        assert len(set(digests)) == 3, (topic, digests)
 
 
 @pytest.mark.parametrize(

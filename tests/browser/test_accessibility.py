@@ -2,15 +2,19 @@
 contrast, labels, names, landmarks). Its script comes from the npm package's build that a
 pinned test dependency carries; nothing is downloaded."""
 
+from datetime import timedelta
 from importlib import resources
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 
+from approvals import escalation, services
 from approvals.models import Approval, Ticket
 from runs import worker
 from tests import factories
 from tests.approvals.plan_helpers import exchange_run
+from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,3 +81,32 @@ def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signe
         "plan revision": "Revise the plan for ORD-1002 · Agent Portal",
         "earlier requests": "Your requests · Agent Portal",
     }
+
+
+def test_the_four_eyes_pages_have_no_serious_accessibility_violations(demo, signed_in, live_server):
+    # given an escalated 500.00 refund that needs two supervisors, approved by sam
+    policy_set(demo, two_approvers_from="200.00", escalate_after_seconds=600)
+    big_order(demo)
+    approval = approval_of(refund_run(demo, "500", order="ORD-9001"))
+    Approval.objects.filter(pk=approval.pk).update(
+        escalate_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert escalation.approval_escalate(interrupt_id=approval.interrupt_id)
+    services.approval_decide_as_user(
+        approval=approval, user=User.objects.get(username="sam"), decision="approve"
+    )
+    sam, sue = signed_in("sam"), signed_in("sue")
+    call = f"/portal/approvals/{approval.interrupt_id}/"
+    pages = {
+        "inbox (approved once)": (sam, "/portal/"),
+        "call (approved by me)": (sam, call),
+        "inbox (the second supervisor)": (sue, "/portal/"),
+        "call (the second supervisor)": (sue, call),
+    }
+
+    found = {}
+    for name, (page, path) in pages.items():
+        page.goto(f"{live_server.url}{path}")
+        found[name] = _serious_violations(page)
+
+    assert found == {name: [] for name in pages}

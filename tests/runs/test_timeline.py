@@ -71,6 +71,47 @@ def test_who_decided_is_named_only_to_readers_who_may_know():
     assert event_sentence(decided, decided_by={"int-1": "sam"}) == "Revised by sam" + expected_tail
 
 
+def test_a_first_of_two_approvals_and_an_escalation_read_as_sentences():
+    assert (
+        event_sentence(
+            _event(
+                "approval.approval_given",
+                interrupt_id="int-1",
+                decision="approve",
+                by="a supervisor",
+                approvals_given=1,
+                required_approvals=2,
+                tool_args=None,
+            )
+        )
+        == "Approved by a supervisor: 1 of 2 approvals, waiting for another"
+    )
+    assert event_sentence(
+        _event(
+            "approval.approval_given",
+            interrupt_id="int-1",
+            decision="revise",
+            by="a supervisor",
+            approvals_given=1,
+            required_approvals=2,
+            tool_args={"amount": "350.00"},
+        )
+    ) == (
+        "Revised by a supervisor: 1 of 2 approvals, waiting for another; to run with amount 350.00"
+    )
+    assert (
+        event_sentence(
+            _event(
+                "approval.escalated",
+                interrupt_id="int-1",
+                waiting_since="2026-12-03T22:01:29.984872+00:00",
+                expires_at="2026-12-03T22:31:29.984872+00:00",
+            )
+        )
+        == "Escalated: undecided since 2026-12-03 22:01:29 UTC, expires 2026-12-03 22:31:29 UTC"
+    )
+
+
 def test_a_long_answer_is_shortened():
     sentence = event_sentence(_event("message.assistant", text="word " * 200))
     assert len(sentence) < 270 and sentence.endswith("…”")
@@ -103,7 +144,7 @@ def test_the_call_page_shows_the_timeline_in_words_with_the_decider(demo):
     assert decided.created_at.strftime("%Y-%m-%d %H:%M:%S") in page
 
 
-def test_approval_policies_read_as_sentences():
+def test_an_approval_by_the_shops_policy_says_no_person_decided():
     assert event_sentence(
         _event(
             "approval.decided",
@@ -113,16 +154,3 @@ def test_approval_policies_read_as_sentences():
             tool_args={"amount": "5.00"},
         )
     ) == ("Approved by the shop's policy (policy:3@2), with no person")
-    assert event_sentence(
-        _event(
-            "approval.approval_given",
-            decision="revise",
-            by="sam",
-            approvals_given=1,
-            required_approvals=2,
-            tool_args={"amount": "350.00"},
-        )
-    ) == ("Revised by sam: 1 of 2 approvals; waits for another person; to run with amount 350.00")
-    assert event_sentence(
-        _event("approval.escalated", waiting_since="2026-12-03T22:01:00.500000+00:00")
-    ) == ("Escalated: nobody decided in time (waiting since 2026-12-03 22:01:00 UTC)")

@@ -341,6 +341,8 @@ AGENTPORTAL = {
     "OPENAI_TIMEOUT_SECONDS": env_float("AGENTPORTAL_OPENAI_TIMEOUT_SECONDS", 30.0),
     "MODEL_ATTEMPTS_PER_STEP": env_int("AGENTPORTAL_MODEL_ATTEMPTS_PER_STEP", 2),
     "APPROVAL_TTL_SECONDS": env_int("AGENTPORTAL_APPROVAL_TTL_SECONDS", 1800),
+    # The scripted model writes its answers a word at a time, this many ms apart (0: at once).
+    "SCRIPTED_STREAM_MS": env_int("AGENTPORTAL_SCRIPTED_STREAM_MS", 20),
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),

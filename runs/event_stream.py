@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from runs import selectors
+from runs.deltas import delta_hub
 from runs.serializers import RunEventSerializer
 
 logger = logging.getLogger(__name__)
@@ -37,16 +38,31 @@ KEEPALIVE = ": keep-alive\n\n"
 # opened together are answered by one read.
 POLL_SECONDS = 0.5
 READ_GAP_SECONDS = 0.05
+# How often a new stream looks whether it may send the text written before it began.
+CATCH_UP_SECONDS = 0.1
 
 
 class Subscription:
-    """One stream's place at the hub: the events it has yet to send, from `after` on."""
+    """One stream's place at the hub: the events it has yet to send, from `after` on, and the
+    text the model is writing (runs.deltas), sent as `message.delta` events without an id."""
 
     def __init__(self, run_id: Any, after: int) -> None:
         self.run_id, self.after = run_id, after
         self.events: list[dict] = []
+        self.deltas: list[dict] = []
         self.over = False
         self.ready = asyncio.Event()
+
+    def hear(self, message: dict) -> None:
+        if "text" in message:
+            self.deltas.append(
+                {key: message[key] for key in ("text", "gen", "seq", "at") if key in message}
+            )
+            self.ready.set()
+
+    def take_deltas(self) -> list[dict]:
+        deltas, self.deltas = self.deltas, []
+        return deltas
 
     def deliver(self, events: list[dict], finished: bool) -> None:
         fresh = [data for data in events if data["seq"] > self.after]
@@ -149,18 +165,25 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
     yield "retry: 1000\n\n"
     hub = stream_hub()
     subscription = hub.subscribe(run_id, after)
+    answers = delta_hub()
+    # What the model wrote of the answer in progress before this stream began is sent once
+    # the committed events before it were read, so it follows them.
+    so_far = answers.watch(run_id, subscription.hear)
+    reads_before, sent = hub.reads, ("", 0)
     try:
         while True:
             remaining = ends - time.monotonic()
             if remaining <= 0:
                 return
+            wait = min(remaining, KEEPALIVE_SECONDS, CATCH_UP_SECONDS if so_far else remaining)
             try:
-                await asyncio.wait_for(subscription.ready.wait(), min(remaining, KEEPALIVE_SECONDS))
+                await asyncio.wait_for(subscription.ready.wait(), wait)
             except TimeoutError:
                 if time.monotonic() >= ends:
                     return
-                yield KEEPALIVE
-                continue
+                if not so_far:
+                    yield KEEPALIVE
+                    continue
             events, over = subscription.take()
             for data in events:
                 yield f"id: {data['seq']}\nevent: {data['type']}\ndata: {json.dumps(data)}\n\n"
@@ -168,8 +191,20 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
                     return
             if over:
                 return
+            if so_far and hub.reads > reads_before:
+                yield _delta({"text": so_far.text, "gen": so_far.gen, "seq": so_far.seq})
+                sent, so_far = (so_far.gen, so_far.seq), None
+            if so_far is None:
+                for data in subscription.take_deltas():
+                    if data["gen"] != sent[0] or data["seq"] > sent[1]:
+                        yield _delta(data)
     finally:
+        answers.unwatch(run_id, subscription.hear)
         hub.unsubscribe(subscription)
+
+
+def _delta(data: dict) -> str:
+    return f"event: message.delta\ndata: {json.dumps(data)}\n\n"
 
 
 class ClosingStream:

@@ -1,7 +1,8 @@
 """An OpenAI-compatible endpoint on loopback for the benchmark and the tests: POST
 /v1/chat/completions answers after `latency` seconds, like the scripted model would (a tool
 call, then text) or with text at once, and counts the calls it holds. It can also answer 429
-with Retry-After for a while, as a busy endpoint does.
+with Retry-After for a while, as a busy endpoint does. Asked to stream, it sends the answer
+as server-sent chunks (text a word at a time) spread over the latency, as a model writes.
 
 It runs on an event loop in a thread of its own, so that hundreds of calls can wait at once.
 """
@@ -64,7 +65,12 @@ class ModelStub:
                 request = await _read_request(reader)
                 if request is None:
                     return
-                status, body, headers = await self._answer(*request)
+                path, body = request
+                if body.get("stream") and path == "/v1/chat/completions":
+                    if await self._stream(writer, body):
+                        continue
+                    return
+                status, body, headers = await self._answer(path, body)
                 data = json.dumps(body).encode()
                 head = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}"]
                 head += [f"{name}: {value}" for name, value in headers.items()]
@@ -92,6 +98,44 @@ class ModelStub:
             self.in_flight -= 1
         return 200, self._completion(body), {}
 
+    async def _stream(self, writer: asyncio.StreamWriter, body: dict[str, Any]) -> bool:
+        """Answer with chunks (HTTP chunked encoding); False when throttled (the connection
+        is then closed after the 429)."""
+        if time.monotonic() < self.throttle_until:
+            self.throttled += 1
+            data = json.dumps({"error": {"message": "slow down", "type": "rate_limit"}}).encode()
+            writer.write(
+                (
+                    "HTTP/1.1 429 Too Many Requests\r\n"
+                    f"Retry-After: {self.throttle_retry_after}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+                ).encode()
+                + data
+            )
+            await writer.drain()
+            return True
+        self.calls += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            chunks = completion_chunks(self._completion(body))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            pause = self.latency / max(1, len(chunks) - 1)
+            for chunk in chunks:
+                await asyncio.sleep(pause if chunk["choices"] else 0)
+                data = f"data: {json.dumps(chunk)}\n\n".encode()
+                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                await writer.drain()
+            done = b"data: [DONE]\n\n"
+            writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+            await writer.drain()
+        finally:
+            self.in_flight -= 1
+        return True
+
     def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.text_only:
             message: dict[str, Any] = {"role": "assistant", "content": "Done: all is in order."}
@@ -108,6 +152,30 @@ class ModelStub:
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
+
+
+def completion_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat completion as the chunks a streaming endpoint sends: its text a word at a time,
+    each tool call whole, then the finish and a last chunk with the usage alone."""
+    message = completion["choices"][0]["message"]
+    finish = completion["choices"][0].get("finish_reason", "stop")
+    base = {key: completion[key] for key in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        return {**base, "choices": [choice]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    words = (message.get("content") or "").split(" ")
+    for index, word in enumerate(words):
+        if word or index:
+            chunks.append(chunk({"content": word if index == 0 else " " + word}))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        chunks.append(chunk({"tool_calls": [{"index": index, **call}]}))
+    chunks.append(chunk({}, finish))
+    chunks.append({**base, "choices": [], "usage": completion.get("usage")})
+    return chunks
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, Any]] | None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from agentportal.logs import about
 from agentportal.problems import pydantic_errors
 from runs import extensions
+from runs.deltas import DeltaPublisher
 from runs.llm import ModelError, ModelResponse, model_client_for
 from runs.models import (
     AgentRun,
@@ -53,13 +54,18 @@ def model_step(run: AgentRun, lease: Lease) -> Step:
     client = model_client_for(manifest)
     schemas = [tool.schema() for tool in tools.values()]
     started = time.monotonic()
+    deltas = DeltaPublisher(run=str(run.pk), gen=f"{run.step}.{lease.attempt_no}")
+
+    async def streamed() -> ModelResponse:
+        try:
+            return await client.acomplete(messages=run.messages, tools=schemas, deltas=deltas)
+        finally:
+            # Complete or failed, this call writes no more: its commit (or retry) follows.
+            await deltas.flush(done=True)
+
     try:
         if client.waits:
-            response = yield SlowCall(
-                lambda: client.acomplete(messages=run.messages, tools=schemas),
-                CancellationToken(),
-                awaited=True,
-            )
+            response = yield SlowCall(streamed, CancellationToken(), awaited=True)
         else:
             response = client.complete(messages=run.messages, tools=schemas)
     except ModelError as error:

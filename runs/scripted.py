@@ -2,12 +2,15 @@
 tests run without a network. It plays whatever script the domain registered
 (runs.extensions.script_register) on what the conversation says so far."""
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from runs import extensions
-from runs.llm import ModelResponse, ToolCall
+from runs.llm import DeltaSink, ModelResponse, ToolCall
 
 
 @dataclass(frozen=True)
@@ -57,12 +60,31 @@ def _tokens(text: str) -> int:
 
 class ScriptedModel:
     """Reads the conversation like a model would and answers with the registered script's
-    next move: a text, or a call of one of the tools declared to it."""
+    next move: a text, or a call of one of the tools declared to it.
 
-    waits = False
+    With AGENTPORTAL_SCRIPTED_STREAM_MS above 0 it writes its text a word at a time, that many
+    milliseconds apart, awaited on the worker's event loop like a real model (so the demo
+    shows an answer growing); with 0 it answers at once, inline.
+    """
 
     def __init__(self, script_name: str = extensions.DEFAULT_SCRIPT) -> None:
         self.script = extensions.script(script_name)
+        self.word_seconds = settings.AGENTPORTAL["SCRIPTED_STREAM_MS"] / 1000
+        self.waits = self.word_seconds > 0
+
+    async def acomplete(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        deltas: DeltaSink | None = None,
+    ) -> ModelResponse:
+        response = self.complete(messages=messages, tools=tools)
+        for index, word in enumerate((response.content or "").split(" ")):
+            await asyncio.sleep(self.word_seconds)
+            if deltas is not None:
+                await deltas.add(word if index == 0 else " " + word)
+        return response
 
     def complete(
         self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]]

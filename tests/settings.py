@@ -5,6 +5,8 @@ import os
 
 # The tests' own key, so that they run on a fresh checkout without the demo's.
 os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-" + "x" * 50)
+# The scripted model answers at once unless a test (or its cluster) asks it to stream.
+os.environ.setdefault("AGENTPORTAL_SCRIPTED_STREAM_MS", "0")
 
 from agentportal.settings import *  # noqa: F403
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agentportal import errors
 from agentportal.logs import about
-from runs import extensions
+from runs import deltas, extensions
 from runs.locks import run_lock
 from runs.models import FINISHED_STATUSES, AgentRun, ErrorCode, Node, RunEvent, RunStatus
 from runs.services.queueing import tick_enqueue
@@ -95,6 +95,14 @@ def run_changes_write(changes: list[RunChange], now) -> None:
     for change in changes:
         change.apply(now)
     for change, status, own_rows in zip(changes, previous, rows, strict=True):
+        if (
+            change.finished
+            and status == RunStatus.RUNNING
+            and change.run.status != RunStatus.COMPLETED
+        ):
+            # Stopped while it may be writing an answer: nothing it writes from now on is
+            # heard (a completed run's answer ended with its own call).
+            deltas.run_ended(change.run.pk)
         if change.finished and status not in FINISHED_STATUSES:
             reported = [
                 event

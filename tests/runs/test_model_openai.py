@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs import worker
+from runs.model_stub import completion_chunks
 from runs.models import (
     AgentRelease,
     AgentRun,
@@ -60,8 +61,11 @@ class ChatServer:
                 status, payload, delay = owner.answer(number, body)
                 if delay and owner.stopping.wait(delay):
                     return
-                data = json.dumps(payload).encode()
                 try:
+                    if status == 200 and body.get("stream"):
+                        self._stream(payload)
+                        return
+                    data = json.dumps(payload).encode()
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
@@ -69,6 +73,16 @@ class ChatServer:
                     self.wfile.write(data)
                 except OSError:
                     pass  # the client gave up (a timeout test)
+
+            def _stream(self, payload: dict[str, Any]) -> None:
+                """The completion as a streaming endpoint sends it (the connection closes
+                after it: HTTP/1.0)."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for chunk in completion_chunks(payload):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

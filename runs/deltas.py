@@ -1,0 +1,354 @@
+"""An answer as the model writes it: deltas the worker publishes and every web process hears,
+never stored. The committed step still stores the whole message, once.
+
+A message on the channel is a small JSON object about one run:
+- `{"run", "gen", "seq", "text", "at"}`: more text of the model call `gen` ("step.attempt"),
+  in order (`seq` from 1); `at` is when it was published (epoch seconds);
+- `{"run", "gen", "done": true}`: that call's answer is complete; its commit follows;
+- `{"run", "end": true}`: the run ended (finished, stopped, taken over). Written in the
+  transaction that ends it (or right after its commit), so anything published after it is
+  ignored: no delta of a stopped run reaches anyone after the stop.
+
+Three channels, one per deployment (`channel()` picks):
+- PostgreSQL: NOTIFY/LISTEN on one channel; a notification is delivered in commit order, so
+  the end marker written in the ending transaction orders every later delta after it;
+- Redis pub/sub, when AGENTPORTAL_BROKER_URL names a Redis: the same, off the database;
+- SQLite (the embedded demo, one machine): a file per run in a directory next to the
+  database, appended to by the worker and read by the web processes. Nothing to run, and
+  appends of a line are atomic.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "agentportal_deltas"
+# The worker publishes what a call wrote at most this often: a delta per token would be a
+# notification per token for every run in flight.
+FLUSH_SECONDS = 0.05
+# NOTIFY payloads must stay under 8000 bytes; longer text is sent in parts.
+MAX_TEXT = 2000
+# How often the file channel looks at the files of watched runs.
+FILE_POLL_SECONDS = 0.05
+# An answer in progress that nothing finished or ended is forgotten after this long.
+FORGET_SECONDS = 600.0
+
+
+def encode(message: dict[str, Any]) -> str:
+    return json.dumps(message, separators=(",", ":"))
+
+
+# --- the channels ---------------------------------------------------------------------------
+
+
+class PostgresChannel:
+    broadcast = True
+
+    def __init__(self) -> None:
+        self._publisher = None
+
+    def _conninfo(self) -> dict[str, Any]:
+        url = os.environ.get("AGENTPORTAL_LISTEN_DATABASE_URL", "")
+        if url:
+            return {"conninfo": url}
+        params = connection.settings_dict
+        return {
+            "dbname": params["NAME"],
+            "user": params.get("USER") or None,
+            "password": params.get("PASSWORD") or None,
+            "host": params.get("HOST") or None,
+            "port": params.get("PORT") or None,
+        }
+
+    async def publish(self, messages: list[dict[str, Any]]) -> None:
+        import psycopg
+
+        if self._publisher is None or self._publisher.closed:
+            self._publisher = await psycopg.AsyncConnection.connect(
+                **self._conninfo(), autocommit=True, prepare_threshold=None
+            )
+        await self._publisher.execute(
+            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+            [CHANNEL, [encode(message) for message in messages]],
+        )
+
+    def publish_in_transaction(self, message: dict[str, Any]) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, encode(message)])
+
+    async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(
+            **self._conninfo(), autocommit=True
+        ) as listener:
+            await listener.execute(f"LISTEN {CHANNEL}")
+            async for notification in listener.notifies():
+                yield json.loads(notification.payload)
+
+
+class RedisChannel:
+    broadcast = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._publisher = None
+
+    async def publish(self, messages: list[dict[str, Any]]) -> None:
+        import redis.asyncio
+
+        if self._publisher is None:
+            self._publisher = redis.asyncio.Redis.from_url(self.url)
+        async with self._publisher.pipeline(transaction=False) as pipe:
+            for message in messages:
+                pipe.publish(CHANNEL, encode(message))
+            await pipe.execute()
+
+    def publish_in_transaction(self, message: dict[str, Any]) -> None:
+        import redis
+
+        def publish() -> None:
+            with redis.Redis.from_url(self.url) as client:
+                client.publish(CHANNEL, encode(message))
+
+        transaction.on_commit(publish, robust=True)
+
+    async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(self.url)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(CHANNEL)
+            async for message in pubsub.listen():
+                yield json.loads(message["data"])
+        finally:
+            await pubsub.aclose()
+            await client.aclose()
+
+
+class FileChannel:
+    """A file per run: the worker appends lines, the web processes read the files of the runs
+    they watch. Removed when the run's call is done or the run ends."""
+
+    broadcast = False
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, run: str) -> Path:
+        return self.directory / f"{run}.jsonl"
+
+    def _append(self, messages: list[dict[str, Any]]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        by_run: dict[str, list[str]] = {}
+        for message in messages:
+            by_run.setdefault(message["run"], []).append(encode(message) + "\n")
+        for run, lines in by_run.items():
+            with open(self._path(run), "a", encoding="utf-8") as file:
+                file.write("".join(lines))
+
+    async def publish(self, messages: list[dict[str, Any]]) -> None:
+        self._append(messages)
+
+    def publish_in_transaction(self, message: dict[str, Any]) -> None:
+        transaction.on_commit(lambda: self._append([message]), robust=True)
+
+    def forget(self, run: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(run).unlink()
+
+    async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
+        offsets: dict[str, int] = {}
+        while runs := watched():
+            for run in list(offsets):
+                if run not in runs:
+                    del offsets[run]
+            for run in runs:
+                try:
+                    with open(self._path(run), encoding="utf-8") as file:
+                        file.seek(offsets.get(run, 0))
+                        chunk = file.read()
+                except FileNotFoundError:
+                    offsets[run] = 0
+                    continue
+                complete, _, _ = chunk.rpartition("\n")
+                if not complete:
+                    continue
+                offsets[run] = offsets.get(run, 0) + len(complete.encode()) + 1
+                for line in complete.split("\n"):
+                    yield json.loads(line)
+            await asyncio.sleep(FILE_POLL_SECONDS)
+
+
+_channel = None
+
+
+def channel():
+    """The deployment's channel: Redis when the broker is one, else the database's own."""
+    global _channel
+    if _channel is None:
+        if settings.BROKER_URL:
+            _channel = RedisChannel(settings.BROKER_URL)
+        elif connection.vendor == "postgresql":
+            _channel = PostgresChannel()
+        else:
+            name = Path(connection.settings_dict["NAME"])
+            _channel = FileChannel(name.with_name(name.name + ".deltas"))
+    return _channel
+
+
+def run_ended(run_id) -> None:
+    """Mark the run's end on the channel. Call inside the transaction that ends it."""
+    channel().publish_in_transaction({"run": str(run_id), "end": True})
+
+
+# --- the worker's side ----------------------------------------------------------------------
+
+
+@dataclass
+class DeltaPublisher:
+    """What one model call writes, published in order, at most every FLUSH_SECONDS. Used on
+    the worker's event loop."""
+
+    run: str
+    gen: str
+    seq: int = 0
+    pending: str = ""
+    flushed_at: float = 0.0
+    failed: bool = False
+
+    async def add(self, text: str) -> None:
+        self.pending += text
+        if time.monotonic() - self.flushed_at >= FLUSH_SECONDS:
+            await self.flush()
+
+    async def flush(self, *, done: bool = False) -> None:
+        messages = []
+        while self.pending:
+            part, self.pending = self.pending[:MAX_TEXT], self.pending[MAX_TEXT:]
+            self.seq += 1
+            messages.append(
+                {"run": self.run, "gen": self.gen, "seq": self.seq, "text": part, "at": time.time()}
+            )
+        if done:
+            messages.append({"run": self.run, "gen": self.gen, "done": True})
+        self.flushed_at = time.monotonic()
+        if not messages or self.failed:
+            return
+        try:
+            await channel().publish(messages)
+        except Exception:
+            # Deltas are a courtesy: the committed answer is what counts. Stop trying for
+            # this call rather than slow it down.
+            self.failed = True
+            logger.warning("could not publish deltas of run %s", self.run, exc_info=True)
+
+
+# --- the web's side -------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    """An answer in progress, as a web process heard it."""
+
+    gen: str
+    text: str = ""
+    seq: int = 0
+    heard_at: float = field(default_factory=time.monotonic)
+
+
+class DeltaHub:
+    """What the web process hears of answers in progress, and who watches which run. One per
+    event loop; its listening task starts with the first watcher."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Answer] = {}
+        self.ended: dict[str, float] = {}
+        self.watchers: dict[str, set[Callable[[dict[str, Any]], None]]] = {}
+        self.listener: asyncio.Task | None = None
+
+    def watch(self, run_id, callback: Callable[[dict[str, Any]], None]) -> Answer | None:
+        """Call `callback` with each message about the run from now on; returns what the run
+        has written so far of the answer in progress, if any."""
+        run = str(run_id)
+        self.watchers.setdefault(run, set()).add(callback)
+        if self.listener is None or self.listener.done():
+            self.listener = asyncio.get_running_loop().create_task(self._listen())
+        answer = self.answers.get(run)
+        return Answer(answer.gen, answer.text, answer.seq) if answer else None
+
+    def unwatch(self, run_id, callback) -> None:
+        run = str(run_id)
+        watching = self.watchers.get(run)
+        if watching is not None:
+            watching.discard(callback)
+            if not watching:
+                del self.watchers[run]
+
+    def hear(self, message: dict[str, Any]) -> None:
+        run = message.get("run", "")
+        if run in self.ended:
+            return
+        if message.get("end"):
+            self.ended[run] = time.monotonic()
+            self.answers.pop(run, None)
+        elif message.get("done"):
+            self.answers.pop(run, None)
+        else:
+            answer = self.answers.get(run)
+            if answer is None or answer.gen != message["gen"]:
+                answer = self.answers[run] = Answer(message["gen"])
+            if message["seq"] <= answer.seq:
+                return
+            answer.text += message["text"]
+            answer.seq, answer.heard_at = message["seq"], time.monotonic()
+        for callback in list(self.watchers.get(run, ())):
+            callback(message)
+        self._forget_old()
+
+    def _forget_old(self) -> None:
+        limit = time.monotonic() - FORGET_SECONDS
+        for run in [run for run, answer in self.answers.items() if answer.heard_at < limit]:
+            del self.answers[run]
+        for run in [run for run, at in self.ended.items() if at < limit]:
+            del self.ended[run]
+
+    async def _listen(self) -> None:
+        source = channel()
+        while True:
+            try:
+                async for message in source.listen(lambda: set(self.watchers)):
+                    self.hear(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("the delta channel failed; listening again", exc_info=True)
+                await asyncio.sleep(1.0)
+            if not source.broadcast and not self.watchers:
+                return
+
+
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DeltaHub]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def delta_hub() -> DeltaHub:
+    loop = asyncio.get_running_loop()
+    if loop not in _hubs:
+        _hubs[loop] = DeltaHub()
+    return _hubs[loop]

@@ -1,0 +1,169 @@
+"""Answers that stream: through the real cluster and the real openai client against a local
+streaming endpoint, the run's event stream delivers the text as the model writes it, on every
+web node; /stop cuts it at once and nothing of the stopped answer is kept."""
+
+import json
+import threading
+import time
+
+import pytest
+from django.contrib.auth.models import User
+
+from runs.models import AgentRun, RunStatus
+from tests import factories
+from tests.conftest import wait_for
+from tests.http import open_stream
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cluster]
+
+STATUS = "What is the status of order ORD-1001?"
+
+
+class EventReader:
+    """Reads an event stream in a thread: each event with when it arrived."""
+
+    def __init__(self, response) -> None:
+        self.response = response
+        self.events: list[tuple[float, str, dict]] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        kind, data = "", ""
+        try:
+            for raw in self.response:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: "):
+                    data = line[6:]
+                elif not line and kind:
+                    self.events.append((time.time(), kind, json.loads(data)))
+                    kind, data = "", ""
+        except (OSError, ValueError):
+            return
+
+    def types(self) -> list[str]:
+        return [kind for _, kind, _ in self.events]
+
+    def deltas(self) -> list[dict]:
+        return [data for _, kind, data in self.events if kind == "message.delta"]
+
+    def close(self) -> None:
+        self.response.close()
+
+
+def answering_cluster(cluster, stub, *, latency: float):
+    endpoint = stub(latency=latency)
+    cluster(
+        env={
+            "AGENTPORTAL_MODEL": "openai",
+            "OPENAI_BASE_URL": endpoint.base_url,
+            "AGENTPORTAL_OPENAI_MODEL": "stub",
+        }
+    )
+    return endpoint
+
+
+def queue_status_question(merchant) -> AgentRun:
+    alice = User.objects.get(username="alice")
+    return factories.run_queue(customer=alice, merchant=merchant, message=STATUS)
+
+
+def test_the_event_stream_delivers_deltas_before_the_answer_commits_on_every_web_node(
+    demo, cluster, stub, web_server
+):
+    # given: two web nodes, the cluster, and a model that writes its answer over a second
+    first, second = web_server(), web_server()
+    key = factories.api_key_for(User.objects.get(username="alice"), demo)
+    answering_cluster(cluster, stub, latency=1.0)
+
+    # when: alice asks, and a client on each node follows the run
+    run = queue_status_question(demo)
+    path = f"/api/v1/runs/{run.pk}/events/stream"
+    readers = [EventReader(open_stream(base, path, key=key)) for base in (first, second)]
+    wait_for(lambda: all("run.completed" in r.types() for r in readers), timeout=60)
+
+    # then: on both nodes, at least five deltas of the answer came before its commit, and
+    # together they are the answer the run stored
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+    for reader in readers:
+        types = reader.types()
+        last_responded = len(types) - 1 - types[::-1].index("model.responded")
+        before = [t for t in types[:last_responded] if t == "message.delta"]
+        assert len(before) >= 5, types
+        final_gen = reader.deltas()[-1]["gen"]
+        text = "".join(d["text"] for d in reader.deltas() if d["gen"] == final_gen)
+        assert text == run.result
+        reader.close()
+
+
+def test_a_stream_that_joins_mid_answer_gets_the_text_written_so_far(
+    demo, cluster, stub, web_server
+):
+    # given: an answer being written slowly
+    base = web_server()
+    key = factories.api_key_for(User.objects.get(username="alice"), demo)
+    answering_cluster(cluster, stub, latency=3.0)
+    run = queue_status_question(demo)
+    path = f"/api/v1/runs/{run.pk}/events/stream"
+    early = EventReader(open_stream(base, path, key=key))
+    wait_for(lambda: len(early.deltas()) >= 3, timeout=60)
+
+    # when: another client connects, as a reconnecting one would, with the last event it had
+    last_seq = AgentRun.objects.get(pk=run.pk).last_event_seq
+    late = EventReader(open_stream(base, path, key=key, **{"Last-Event-ID": str(last_seq)}))
+    wait_for(lambda: "run.completed" in late.types(), timeout=60)
+
+    # then: it got the text written before it came, then the rest: the whole answer
+    run.refresh_from_db()
+    gen = late.deltas()[0]["gen"]
+    assert "".join(d["text"] for d in late.deltas() if d["gen"] == gen) == run.result
+    early.close()
+    late.close()
+
+
+def test_stop_while_the_answer_streams_delivers_nothing_after_it_and_keeps_nothing(
+    demo, cluster, stub, web_server, api
+):
+    # given: alice's conversation, its answer being written over several seconds
+    base = web_server()
+    alice = User.objects.get(username="alice")
+    key = factories.api_key_for(alice, demo)
+    answering_cluster(cluster, stub, latency=4.0)
+    client = api("alice")
+    conversation = client.post("/api/v1/conversations", {}, format="json").json()["id"]
+    messages = f"/api/v1/conversations/{conversation}/messages"
+    run_id = client.post(messages, {"text": STATUS}, format="json").json()["run_id"]
+    reader = EventReader(open_stream(base, f"/api/v1/runs/{run_id}/events/stream", key=key))
+    # (the turns that call tools write no text: the first deltas are of the answer)
+    wait_for(lambda: len(reader.deltas()) >= 2, timeout=60)
+
+    # when: alice sends /stop, then her next question
+    stop = client.post(messages, {"text": "/stop"}, format="json")
+    next_run = client.post(messages, {"text": STATUS}, format="json").json()["run_id"]
+    wait_for(lambda: "run.cancelled" in reader.types(), timeout=30)
+    time.sleep(1.0)
+
+    # then: the run is cancelled; no delta written after the stop reached the stream, and the
+    # transcript keeps no text of the stopped answer
+    assert stop.status_code == 200
+    run = AgentRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.CANCELLED
+    written_after = [d for d in reader.deltas() if d["at"] > run.finished_at.timestamp()]
+    assert written_after == []
+    assert reader.types().index("run.cancelled") > max(
+        index for index, kind in enumerate(reader.types()) if kind == "message.delta"
+    )
+    assert not [m for m in run.messages if m.get("role") == "assistant" and m.get("content")]
+    assert run.result is None
+    reader.close()
+
+    # and the next question's deltas are its own run's
+    follow = EventReader(open_stream(base, f"/api/v1/runs/{next_run}/events/stream", key=key))
+    wait_for(lambda: "run.completed" in follow.types(), timeout=60)
+    answer = AgentRun.objects.get(pk=next_run).result
+    gen = follow.deltas()[-1]["gen"]
+    assert "".join(d["text"] for d in follow.deltas() if d["gen"] == gen) == answer
+    follow.close()

@@ -58,7 +58,8 @@ class PostgresChannel:
     broadcast = True
 
     def __init__(self) -> None:
-        self._publisher = None
+        # One publishing connection per event loop (the worker has one).
+        self._publishers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _conninfo(self) -> dict[str, Any]:
         url = os.environ.get("AGENTPORTAL_LISTEN_DATABASE_URL", "")
@@ -76,11 +77,13 @@ class PostgresChannel:
     async def publish(self, messages: list[dict[str, Any]]) -> None:
         import psycopg
 
-        if self._publisher is None or self._publisher.closed:
-            self._publisher = await psycopg.AsyncConnection.connect(
+        loop = asyncio.get_running_loop()
+        publisher = self._publishers.get(loop)
+        if publisher is None or publisher.closed:
+            publisher = self._publishers[loop] = await psycopg.AsyncConnection.connect(
                 **self._conninfo(), autocommit=True, prepare_threshold=None
             )
-        await self._publisher.execute(
+        await publisher.execute(
             "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
             [CHANNEL, [encode(message) for message in messages]],
         )
@@ -105,14 +108,15 @@ class RedisChannel:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._publisher = None
+        self._publishers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     async def publish(self, messages: list[dict[str, Any]]) -> None:
         import redis.asyncio
 
-        if self._publisher is None:
-            self._publisher = redis.asyncio.Redis.from_url(self.url)
-        async with self._publisher.pipeline(transaction=False) as pipe:
+        loop = asyncio.get_running_loop()
+        if loop not in self._publishers:
+            self._publishers[loop] = redis.asyncio.Redis.from_url(self.url)
+        async with self._publishers[loop].pipeline(transaction=False) as pipe:
             for message in messages:
                 pipe.publish(CHANNEL, encode(message))
             await pipe.execute()
@@ -142,7 +146,7 @@ class RedisChannel:
 
 class FileChannel:
     """A file per run: the worker appends lines, the web processes read the files of the runs
-    they watch. Removed when the run's call is done or the run ends."""
+    they watch. `maintain` removes those of runs long finished."""
 
     broadcast = False
 
@@ -165,11 +169,23 @@ class FileChannel:
         self._append(messages)
 
     def publish_in_transaction(self, message: dict[str, Any]) -> None:
-        transaction.on_commit(lambda: self._append([message]), robust=True)
+        def append_if_written() -> None:
+            # Only a run that wrote something has a file, and listeners to tell.
+            if self._path(message["run"]).exists():
+                self._append([message])
 
-    def forget(self, run: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._path(run).unlink()
+        transaction.on_commit(append_if_written, robust=True)
+
+    def forget_old(self) -> int:
+        """Remove the files nothing has written to for FORGET_SECONDS; how many."""
+        limit = time.time() - FORGET_SECONDS
+        removed = 0
+        for path in self.directory.glob("*.jsonl"):
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < limit:
+                    path.unlink()
+                    removed += 1
+        return removed
 
     async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
         offsets: dict[str, int] = {}
@@ -209,6 +225,13 @@ def channel():
             name = Path(connection.settings_dict["NAME"])
             _channel = FileChannel(name.with_name(name.name + ".deltas"))
     return _channel
+
+
+def files_forget_old() -> int:
+    """`maintain`'s sweep: the file channel's answers of runs long finished (other channels
+    keep nothing)."""
+    source = channel()
+    return source.forget_old() if isinstance(source, FileChannel) else 0
 
 
 def run_ended(run_id) -> None:

@@ -1,0 +1,117 @@
+"""The delta channel on the database in use: what the worker publishes, a web process hears in
+order; a run's end, written in the transaction that ends it, silences everything after it."""
+
+import asyncio
+import os
+import time
+
+import pytest
+from django.db import transaction
+
+from runs import deltas
+from runs.deltas import DeltaHub, DeltaPublisher
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def hub_hearing(run: str, action, *, until, timeout: float = 10.0) -> tuple[list[dict], object]:
+    """Watch `run` on a fresh hub, do `action()` (a coroutine function), and collect what the
+    hub passes on until `until(messages)`; returns the messages and the hub's answer."""
+
+    async def scenario():
+        hub = DeltaHub()
+        heard: list[dict] = []
+        hub.watch(run, heard.append)
+        # the listener connects before anything is published
+        await asyncio.sleep(0.3)
+        await action()
+        ends = time.monotonic() + timeout
+        while not until(heard) and time.monotonic() < ends:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        hub.listener.cancel()
+        return heard, hub.answers.get(run)
+
+    return asyncio.run(scenario())
+
+
+def test_published_deltas_are_heard_in_order_and_done_forgets_the_answer():
+    run = f"run-{os.getpid()}-{time.monotonic_ns()}"
+    publisher = DeltaPublisher(run=run, gen="2.1")
+
+    async def write():
+        for word in ["Your ", "order ", "ORD-1001 ", "was ", "delivered."]:
+            await publisher.add(word)
+            await asyncio.sleep(deltas.FLUSH_SECONDS)
+        await publisher.flush(done=True)
+
+    heard, answer = hub_hearing(run, write, until=lambda m: any(x.get("done") for x in m))
+
+    texts = [m["text"] for m in heard if "text" in m]
+    assert "".join(texts) == "Your order ORD-1001 was delivered."
+    assert [m["seq"] for m in heard if "text" in m] == list(range(1, len(texts) + 1))
+    assert heard[-1] == {"run": run, "gen": "2.1", "done": True}
+    assert answer is None
+
+
+def test_nothing_published_after_a_runs_end_is_heard():
+    run = f"run-{os.getpid()}-{time.monotonic_ns()}"
+    publisher = DeltaPublisher(run=run, gen="0.1")
+
+    async def write_stop_write():
+        await publisher.add("Before the stop. ")
+        await publisher.flush()
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(end_in_a_transaction, run)
+        await asyncio.sleep(0.2)
+        await publisher.add("After the stop.")
+        await publisher.flush()
+
+    heard, answer = hub_hearing(
+        run, write_stop_write, until=lambda m: any(x.get("end") for x in m), timeout=5
+    )
+
+    assert [m.get("text") for m in heard if "text" in m] == ["Before the stop. "]
+    assert heard[-1] == {"run": run, "end": True}
+    assert answer is None
+
+
+def end_in_a_transaction(run: str) -> None:
+    from django.db import connection
+
+    try:
+        with transaction.atomic():
+            deltas.run_ended(run)
+    finally:
+        connection.close()
+
+
+def test_a_new_attempt_starts_the_answer_over():
+    hub = DeltaHub()
+    hub.hear({"run": "r", "gen": "1.1", "seq": 1, "text": "Half an ans", "at": 0})
+    hub.hear({"run": "r", "gen": "1.2", "seq": 1, "text": "A whole", "at": 0})
+    hub.hear({"run": "r", "gen": "1.2", "seq": 2, "text": " answer.", "at": 0})
+    # a repeated delivery changes nothing
+    hub.hear({"run": "r", "gen": "1.2", "seq": 2, "text": " answer.", "at": 0})
+
+    assert hub.answers["r"].text == "A whole answer."
+    assert hub.answers["r"].gen == "1.2"
+
+
+def test_long_text_is_published_in_parts_that_fit_a_notification():
+    published: list[list[dict]] = []
+
+    class Recorder:
+        async def publish(self, messages):
+            published.append(messages)
+
+    deltas._channel, saved = Recorder(), deltas._channel
+    try:
+        publisher = DeltaPublisher(run="r", gen="0.1")
+        asyncio.run(publisher.add("x" * (deltas.MAX_TEXT * 2 + 5)))
+    finally:
+        deltas._channel = saved
+
+    [messages] = published
+    assert [len(m["text"]) for m in messages] == [deltas.MAX_TEXT, deltas.MAX_TEXT, 5]
+    assert all(len(deltas.encode(m)) < 8000 for m in messages)

@@ -267,7 +267,8 @@ class DeltaPublisher:
             messages.append(
                 {"run": self.run, "gen": self.gen, "seq": self.seq, "text": part, "at": time.time()}
             )
-        if done:
+        if done and self.seq:
+            # (a call that wrote no text, only tool calls, has nothing to close)
             messages.append({"run": self.run, "gen": self.gen, "done": True})
         self.flushed_at = time.monotonic()
         if not messages or self.failed:

@@ -24,21 +24,27 @@ from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision
 from runs import services as run_services
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
+from runs.nodes import tool_key
 from runs.services import Lease, LostRun, StepCommit
 from runs.snapshot import (
     CallStatus,
+    CompositeSnapshot,
     PendingToolCall,
     RunContext,
     SnapshotError,
     StateSnapshot,
     interrupt_id_for,
+    snapshot_call,
+    snapshot_of,
     snapshot_parse,
     transition_check,
 )
-from runs.tools import CancellationToken, Tool, ToolContext, ToolError
+from runs.tools import CancellationToken, Tool, ToolContext, ToolError, tools_declared
 from runs.worker import ToolOutcome
 
 logger = logging.getLogger(__name__)
+
+Snapshot = StateSnapshot | CompositeSnapshot
 
 
 def args_digest(arguments: dict[str, Any]) -> str:
@@ -57,13 +63,17 @@ def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:
         ) from error
 
 
-def call_snapshot(run: AgentRun, call: PendingToolCall) -> dict[str, Any]:
+def calls_snapshot(run: AgentRun, calls: list[PendingToolCall]) -> dict[str, Any]:
+    """The run's snapshot of these calls: v2 for one, v3 for several paused together."""
     thread = getattr(run, "conversation_id", None) or run.pk
-    return StateSnapshot(
-        version=2,
-        pending_tool_call=call,
-        run_context=RunContext(thread_id=str(thread), run_id=str(run.pk)),
-    ).dump()
+    return snapshot_of(calls, RunContext(thread_id=str(thread), run_id=str(run.pk)))
+
+
+def call_replaced(run: AgentRun, snapshot: Snapshot, call: PendingToolCall) -> dict[str, Any]:
+    """The snapshot with `call` in the place of the call with its interrupt id."""
+    return calls_snapshot(
+        run, [call if c.interrupt_id == call.interrupt_id else c for c in snapshot.calls]
+    )
 
 
 def call_moved(call: PendingToolCall, status: str, **changes: Any) -> PendingToolCall:
@@ -86,10 +96,9 @@ def approval_interrupt(
         except SnapshotError:
             logger.error("run %s has an invalid state snapshot; left for an operator", run.pk)
             raise
-        if snapshot.pending_tool_call.interrupt_id == interrupt_id:
-            call = snapshot.pending_tool_call
+        call = snapshot_call(snapshot, interrupt_id)
     if call is None:
-        return _pause(run=run, tool=tool, args=args, key=key, interrupt_id=interrupt_id)
+        return _pause(run=run, tool=tool, args=args, key=key)
     if call.status == CallStatus.APPROVED_EXECUTING:
         return _execute_approved(run=run, lease=lease, tool=tool, call=call, key=key)
     approval = Approval.objects.get(interrupt_id=interrupt_id)
@@ -103,19 +112,76 @@ def approval_interrupt(
     return ToolOutcome(ToolStatus.FAILED, approval.proposed_args, outcome)
 
 
-def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id: str):
-    """Pause for a person, or, when the shop's policy approves the call's amount on its own,
-    record the policy's approval and go on to execute it in this same slice."""
+def _turn_calls(run: AgentRun, tool: Tool, args: BaseModel, key: str):
+    """The calls of the run's current turn that need approval, from the one met (`key`) on,
+    in the model's order: they pause together (a composite interrupt when several). A later
+    call whose arguments do not fit its tool is left to fail on its own when reached."""
+    found = [(tool, args, key)]
+    calls = run.messages[-1].get("tool_calls") or []
+    limit = run.release_snapshot["manifest"]["limits"]["max_tool_calls_per_turn"]
+    keys = [tool_key(run, index) for index in range(min(len(calls), limit))]
+    if key not in keys:
+        return found
+    declared = tools_declared(run.release_snapshot)
+    for index in range(keys.index(key) + 1, len(keys)):
+        later = declared.get(calls[index]["function"]["name"])
+        if later is None or later.policy != tool.policy:
+            continue
+        try:
+            arguments = json.loads(calls[index]["function"].get("arguments") or "{}")
+            found.append((later, later.args_model.model_validate(arguments), keys[index]))
+        except (ValueError, ValidationError):
+            continue
+    return found
+
+
+def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str):
+    """Pause for people: this call and the turn's later calls that need approval, each with
+    its own Approval, expiry and policy. A call the shop's policy approves on its own is
+    recorded as approved at once; when every call is, nothing waits and the run goes on to
+    execute them in this same slice."""
     now = timezone.now()
     ttl = run.release_snapshot["manifest"]["limits"]["approval_ttl_seconds"]
+    expires_at = now + timedelta(seconds=ttl)
+    calls, records, events = [], [], []
+    for each_tool, each_args, each_key in _turn_calls(run, tool, args, key):
+        call, fields, call_events = _call_paused(
+            run, each_tool, each_args, each_key, now=now, expires_at=expires_at
+        )
+        calls.append(call)
+        records.append(fields)
+        events += call_events
+    waiting = any(call.status == CallStatus.PENDING_APPROVAL for call in calls)
+
+    def record(locked_run: AgentRun) -> None:
+        for fields in records:
+            approval = Approval.objects.create(
+                run_id=locked_run.pk, merchant_id=locked_run.merchant_id, **fields
+            )
+            if approval.status == ApprovalStatus.PENDING_APPROVAL:
+                notifications.approval_requested_notify(approval=approval)
+                if approval.escalate_at is not None:
+                    escalation.approval_escalation_schedule(approval=approval)
+
+    run_fields: dict[str, Any] = {"state_snapshot": calls_snapshot(run, calls)}
+    if waiting:
+        run_fields.update(status=RunStatus.WAITING_APPROVAL, lease_expires_at=None)
+    # Not waiting: the run stays RUNNING and its next step executes the approved calls.
+    return StepCommit(
+        next_node=Node.TOOLS,
+        advance_step=False,
+        run_fields=run_fields,
+        events=events,
+        on_locked=record,
+    )
+
+
+def _call_paused(run: AgentRun, tool: Tool, args: BaseModel, key: str, *, now, expires_at):
+    """One call of a pause: its snapshot entry, its Approval's fields and its events."""
+    interrupt_id = interrupt_id_for(key)
     proposed = args.model_dump(mode="json")
     policy = policies.policy_version_current(merchant_id=run.merchant_id, tool_name=tool.name)
     needs = policies.call_requirement(version=policy, arguments=proposed, now=now)
-    expires_at = now + timedelta(seconds=ttl)
-    # An escalation after the call's expiry would only announce the expiry.
-    escalate_at = needs.escalate_at
-    if escalate_at is not None and escalate_at >= expires_at:
-        escalate_at = None
     call = PendingToolCall(
         interrupt_id=interrupt_id,
         tool_name=tool.name,
@@ -126,15 +192,7 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id
         result=None,
         updated_at=now,
     )
-    requested = {
-        "interrupt_id": interrupt_id,
-        "tool_name": tool.name,
-        "tool_args": proposed,
-        "expires_at": expires_at.isoformat(),
-        "required_approvals": needs.required_approvals,
-        "policy": {"id": policy.policy_id, "version": policy.version} if policy else None,
-    }
-    fields = {
+    fields: dict[str, Any] = {
         "interrupt_id": interrupt_id,
         "tool_name": tool.name,
         "tool_execution_key": key,
@@ -143,6 +201,19 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id
         "policy_version": policy,
         "required_approvals": needs.required_approvals,
     }
+    events = [
+        (
+            "approval.requested",
+            {
+                "interrupt_id": interrupt_id,
+                "tool_name": tool.name,
+                "tool_args": proposed,
+                "expires_at": expires_at.isoformat(),
+                "required_approvals": needs.required_approvals,
+                "policy": {"id": policy.policy_id, "version": policy.version} if policy else None,
+            },
+        )
+    ]
     if needs.auto_approve:
         fields.update(
             status=ApprovalStatus.APPROVED_EXECUTING,
@@ -152,56 +223,23 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str, interrupt_id
             decided_by_policy=True,
             decided_at=now,
         )
-
-        def record(locked_run: AgentRun) -> None:
-            Approval.objects.create(
-                run_id=locked_run.pk, merchant_id=locked_run.merchant_id, **fields
+        events.append(
+            (
+                "approval.decided",
+                {
+                    "interrupt_id": interrupt_id,
+                    "decision": Decision.APPROVE.value,
+                    "decided_by": policy.label,
+                    "by_policy": True,
+                    "reason": None,
+                    "tool_args": proposed,
+                },
             )
-
-        # The run stays RUNNING: its next step finds the call approved and executes it.
-        return StepCommit(
-            next_node=Node.TOOLS,
-            advance_step=False,
-            run_fields={"state_snapshot": call_snapshot(run, call)},
-            events=[
-                ("approval.requested", requested),
-                (
-                    "approval.decided",
-                    {
-                        "interrupt_id": interrupt_id,
-                        "decision": Decision.APPROVE.value,
-                        "decided_by": policy.label,
-                        "by_policy": True,
-                        "reason": None,
-                        "tool_args": proposed,
-                    },
-                ),
-            ],
-            on_locked=record,
         )
-
-    def record(locked_run: AgentRun) -> None:
-        approval = Approval.objects.create(
-            run_id=locked_run.pk,
-            merchant_id=locked_run.merchant_id,
-            escalate_at=escalate_at,
-            **fields,
-        )
-        notifications.approval_requested_notify(approval=approval)
-        if escalate_at is not None:
-            escalation.approval_escalation_schedule(approval=approval)
-
-    return StepCommit(
-        next_node=Node.TOOLS,
-        advance_step=False,
-        run_fields={
-            "status": RunStatus.WAITING_APPROVAL,
-            "state_snapshot": call_snapshot(run, call),
-            "lease_expires_at": None,
-        },
-        events=[("approval.requested", requested)],
-        on_locked=record,
-    )
+    # An escalation after the call's expiry would only announce the expiry.
+    elif needs.escalate_at is not None and needs.escalate_at < expires_at:
+        fields["escalate_at"] = needs.escalate_at
+    return call, fields, events
 
 
 def decider_still_allowed(*, merchant, user, api_key_id: int | None) -> bool:
@@ -320,21 +358,23 @@ def approval_execute(
             result=result,
         )
         snapshot = snapshot_parse(run.state_snapshot)
-        if snapshot.pending_tool_call.interrupt_id == approval.interrupt_id:
-            call = call_moved(snapshot.pending_tool_call, CallStatus.EXECUTED, result=result)
-            run_services.run_snapshot_save_locked(run, state_snapshot=call_snapshot(run, call))
+        call = snapshot_call(snapshot, approval.interrupt_id)
+        if call is not None:
+            executed = call_moved(call, CallStatus.EXECUTED, result=result)
+            run_services.run_snapshot_save_locked(
+                run, state_snapshot=call_replaced(run, snapshot, executed)
+            )
     return status, result
 
 
 def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
-    """What a run waiting for approval shows in its `pending` list."""
+    """What a run waiting for approval shows in its `pending` list: every call still
+    undecided, in the model's order."""
     if run.status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
         return []
     try:
-        call = snapshot_parse(run.state_snapshot).pending_tool_call
+        calls = snapshot_parse(run.state_snapshot).calls
     except SnapshotError:
-        return []
-    if call.status != CallStatus.PENDING_APPROVAL:
         return []
     return [
         {
@@ -344,4 +384,6 @@ def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
             "tool_args": call.tool_args,
             "expires_at": call.expires_at,
         }
+        for call in calls
+        if call.status == CallStatus.PENDING_APPROVAL
     ]

@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from approvals.calls import call_moved, call_snapshot
+from approvals.calls import call_moved, calls_snapshot
 from approvals.customer_words import call_name
 from approvals.models import (
     TICKET_OPEN_STATUSES,
@@ -71,14 +71,14 @@ def approvals_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str,
         )
         if moved:
             events.append(("approval.cancelled", _cancelled_event(approval, cause)))
-    call = snapshot.pending_tool_call if snapshot is not None else None
-    if call is not None and call.status in (
-        CallStatus.PENDING_APPROVAL,
-        CallStatus.APPROVED_EXECUTING,
-    ):
-        run_services.run_snapshot_save_locked(
-            run, state_snapshot=call_snapshot(run, call_moved(call, CallStatus.CANCELLED))
-        )
+    if snapshot is not None:
+        open_statuses = (CallStatus.PENDING_APPROVAL, CallStatus.APPROVED_EXECUTING)
+        calls = [
+            call_moved(call, CallStatus.CANCELLED) if call.status in open_statuses else call
+            for call in snapshot.calls
+        ]
+        if calls != snapshot.calls:
+            run_services.run_snapshot_save_locked(run, state_snapshot=calls_snapshot(run, calls))
     return events
 
 

@@ -22,21 +22,25 @@ from agentportal.principals import Principal
 from agentportal.problems import iso_z
 from agentportal.selectors import principal_for_user
 from approvals import locks, notifications
-from approvals.calls import args_digest, call_moved, call_snapshot, tool_args_validate
+from approvals.calls import args_digest, call_moved, call_replaced, tool_args_validate
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision
 from runs import services as run_services
 from runs.locks import run_lock
 from runs.models import AgentRun, RunStatus
 from runs.snapshot import (
     CallStatus,
+    CompositeSnapshot,
     PendingToolCall,
     SnapshotError,
     StateSnapshot,
+    snapshot_call,
     snapshot_parse,
 )
 from runs.tools import TOOLS
 
 logger = logging.getLogger(__name__)
+
+Snapshot = StateSnapshot | CompositeSnapshot
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,9 @@ def approval_decide(
             snapshot = snapshot_parse(locked.state_snapshot)
         except SnapshotError as error:
             raise type(error)(f"The run's state snapshot is unusable: {error}") from None
-        call = snapshot.pending_tool_call
-        if call.interrupt_id != request.interrupt_id:
-            raise errors.InterruptMismatch("That is not the call this run is waiting on.")
+        call = snapshot_call(snapshot, request.interrupt_id)
+        if call is None:
+            raise errors.InterruptMismatch("That is not a call this run is waiting on.")
         approval = locks.approval_lock(interrupt_id=call.interrupt_id)
         _refuse_unless_pending(locked, call, approval)
         if timezone.now() >= call.expires_at:
@@ -243,26 +247,41 @@ def _settle_locked(run, snapshot, approval, principal, request, approved) -> Non
     changes: dict[str, Any] = {"decision": decision}
     if approved is not None:
         changes["tool_args"] = approved
-    call = call_moved(snapshot.pending_tool_call, status, **changes)
-    run_services.run_resume_locked(
+    call = call_moved(snapshot_call(snapshot, approval.interrupt_id), status, **changes)
+    _call_final_locked(
         run,
-        state_snapshot=call_snapshot(run, call),
-        events=[
-            (
-                "approval.decided",
-                {
-                    "interrupt_id": approval.interrupt_id,
-                    "decision": decision,
-                    "decided_by": principal.public_name,
-                    "reason": request.reason or None,
-                    "tool_args": approved,
-                },
-            )
-        ],
+        snapshot,
+        call,
+        (
+            "approval.decided",
+            {
+                "interrupt_id": approval.interrupt_id,
+                "decision": decision,
+                "decided_by": principal.public_name,
+                "reason": request.reason or None,
+                "tool_args": approved,
+            },
+        ),
     )
 
 
-def _expire_locked(run: AgentRun, snapshot: StateSnapshot, approval: Approval) -> None:
+def _call_final_locked(run: AgentRun, snapshot: Snapshot, call, event) -> None:
+    """Record a call's final state in the run's snapshot. The run resumes when it was the
+    last call of its pause still undecided; until then it keeps waiting for the others. Call
+    holding the run's lock."""
+    state_snapshot = call_replaced(run, snapshot, call)
+    still_open = [
+        other
+        for other in snapshot.calls
+        if other.interrupt_id != call.interrupt_id and other.status == CallStatus.PENDING_APPROVAL
+    ]
+    if still_open:
+        run_services.run_events_append_locked(run, events=[event], state_snapshot=state_snapshot)
+    else:
+        run_services.run_resume_locked(run, state_snapshot=state_snapshot, events=[event])
+
+
+def _expire_locked(run: AgentRun, snapshot: Snapshot, approval: Approval) -> None:
     """Call holding the run's and the approval's locks; the call is pending and due."""
     moved = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING_APPROVAL).update(
         status=ApprovalStatus.EXPIRED, updated_at=timezone.now()
@@ -270,11 +289,9 @@ def _expire_locked(run: AgentRun, snapshot: StateSnapshot, approval: Approval) -
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")
     notifications.approval_decided_notify(approval_id=approval.pk)
-    call = call_moved(snapshot.pending_tool_call, CallStatus.EXPIRED)
-    run_services.run_resume_locked(
-        run,
-        state_snapshot=call_snapshot(run, call),
-        events=[("approval.expired", {"interrupt_id": approval.interrupt_id})],
+    call = call_moved(snapshot_call(snapshot, approval.interrupt_id), CallStatus.EXPIRED)
+    _call_final_locked(
+        run, snapshot, call, ("approval.expired", {"interrupt_id": approval.interrupt_id})
     )
 
 
@@ -288,9 +305,9 @@ def approval_expire(*, approval: Approval) -> bool:
         except SnapshotError:
             logger.error("run %s has an invalid state snapshot; left for an operator", run.pk)
             return False
-        call = snapshot.pending_tool_call
+        call = snapshot_call(snapshot, approval.interrupt_id)
         if (
-            call.interrupt_id != approval.interrupt_id
+            call is None
             or call.status != CallStatus.PENDING_APPROVAL
             or run.status != RunStatus.WAITING_APPROVAL
             or timezone.now() < call.expires_at

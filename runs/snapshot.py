@@ -1,12 +1,13 @@
 """The typed state of a waiting run: state_snapshot v2, the strict, versioned record of its
-pending tool call (DESIGN 6.1), and the wait state of any other wait, its payload validated by
+pending tool call (DESIGN 6.1), or v3 when one model turn paused with several (seed 004's
+composite interrupt), and the wait state of any other wait, its payload validated by
 the wait kind a domain registered (runs.extensions)."""
 
 import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentportal import errors
 
@@ -68,12 +69,45 @@ class RunContext(_Strict):
 
 
 class StateSnapshot(_Strict):
+    """Version 2: one pending call, exactly as seed 000 has it."""
+
     version: Literal[2]
     pending_tool_call: PendingToolCall
     run_context: RunContext
 
+    @property
+    def calls(self) -> list[PendingToolCall]:
+        return [self.pending_tool_call]
+
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+class CompositeSnapshot(_Strict):
+    """Version 3: the calls of one model turn that paused together, in the model's order."""
+
+    version: Literal[3]
+    pending_tool_calls: list[PendingToolCall] = Field(min_length=2)
+    run_context: RunContext
+
+    @property
+    def calls(self) -> list[PendingToolCall]:
+        return list(self.pending_tool_calls)
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def snapshot_of(calls: list[PendingToolCall], run_context: RunContext) -> dict[str, Any]:
+    """The stored snapshot of these calls: version 2 for one, version 3 for several."""
+    if len(calls) == 1:
+        return StateSnapshot(version=2, pending_tool_call=calls[0], run_context=run_context).dump()
+    return CompositeSnapshot(version=3, pending_tool_calls=calls, run_context=run_context).dump()
+
+
+def snapshot_call(snapshot: "StateSnapshot | CompositeSnapshot", interrupt_id: str):
+    """The snapshot's call with this interrupt id, or None."""
+    return next((call for call in snapshot.calls if call.interrupt_id == interrupt_id), None)
 
 
 class SnapshotError(errors.SnapshotInvalid):
@@ -84,14 +118,16 @@ class SnapshotVersionUnsupported(SnapshotError, errors.SnapshotVersionUnsupporte
     pass
 
 
-def snapshot_parse(data: Any) -> StateSnapshot:
-    """Validate a stored snapshot; anything but an exact v2 snapshot is an error."""
+def snapshot_parse(data: Any) -> StateSnapshot | CompositeSnapshot:
+    """Validate a stored snapshot; anything but an exact v2 or v3 snapshot is an error."""
     if not isinstance(data, dict):
         raise SnapshotError("the state snapshot is not an object")
-    if data.get("version") != 2 or isinstance(data.get("version"), bool):
-        raise SnapshotVersionUnsupported(f"state snapshot version {data.get('version')!r}")
+    version = data.get("version")
+    if version not in (2, 3) or isinstance(version, bool):
+        raise SnapshotVersionUnsupported(f"state snapshot version {version!r}")
+    model = StateSnapshot if version == 2 else CompositeSnapshot
     try:
-        return StateSnapshot.model_validate_json(json.dumps(data))
+        return model.model_validate_json(json.dumps(data))
     except (ValidationError, TypeError, ValueError) as error:
         raise SnapshotError(str(error)) from error
 

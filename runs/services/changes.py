@@ -159,10 +159,13 @@ def run_update_locked(run: AgentRun, change: RunChange, now) -> None:
     run_changes_write([change], now)
 
 
-def run_events_append_locked(run: AgentRun, *, events: list[tuple[str, dict]]) -> None:
+def run_events_append_locked(
+    run: AgentRun, *, events: list[tuple[str, dict]], **fields: Any
+) -> None:
     """Add events to a run's timeline without changing its progress (a waiting run's item
-    moved on). Call holding the run's lock, inside the transaction."""
-    run_update_locked(run, RunChange(run, events=events), timezone.now())
+    moved on; `fields`: what else changes with it, such as its state snapshot). Call holding
+    the run's lock, inside the transaction."""
+    run_update_locked(run, RunChange(run, fields=fields, events=events), timezone.now())
 
 
 def run_finish_locked(run: AgentRun, change: RunChange) -> None:

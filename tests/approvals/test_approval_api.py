@@ -388,7 +388,9 @@ def _drop(path: str):
 
 TAMPERED = [
     pytest.param(_set("version", 1), "snapshot_version_unsupported", id="version-1"),
-    pytest.param(_set("version", 3), "snapshot_version_unsupported", id="version-3"),
+    pytest.param(_set("version", 4), "snapshot_version_unsupported", id="version-4"),
+    # version 3 holds several calls (pending_tool_calls): a v2 body under it is invalid
+    pytest.param(_set("version", 3), "snapshot_invalid", id="version-3-with-one-call"),
     pytest.param(_set("version", "2"), "snapshot_version_unsupported", id="version-string"),
     pytest.param(_drop("version"), "snapshot_version_unsupported", id="version-missing"),
     pytest.param(_drop("pending_tool_call.expires_at"), "snapshot_invalid", id="no-expires-at"),

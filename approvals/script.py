@@ -8,6 +8,8 @@ from runs.scripted import Transcript
 
 ORDER_ID = re.compile(r"\bORD-\d+\b", re.IGNORECASE)
 AMOUNT = re.compile(r"\bamount\s*[:=]?\s*(\d+(?:\.\d{1,2})?)", re.IGNORECASE)
+# "ORD-1001 amount 5": one refund of several asked for in one message.
+ORDER_AMOUNT = re.compile(r"\b(ORD-\d+)\b\s*(?:for\s+)?amount\s*[:=]?\s*(\d+(?:\.\d{1,2})?)", re.I)
 SIZE = re.compile(r"\bsize\s*[:=]?\s*(\d+(?:\.\d)?)", re.IGNORECASE)
 
 
@@ -20,7 +22,9 @@ def _order_id(turn: Transcript) -> str | None:
     return None
 
 
-def after_sales_script(turn: Transcript, declared: set[str]) -> str | tuple[str, dict]:
+def after_sales_script(
+    turn: Transcript, declared: set[str]
+) -> str | tuple[str, dict] | list[tuple[str, dict]]:
     """The after-sales script of DESIGN 8: the customer's latest message decides the intent,
     the tool results since then decide the next move; only declared tools are called."""
     order_id = _order_id(turn)
@@ -39,6 +43,23 @@ def after_sales_script(turn: Transcript, declared: set[str]) -> str | tuple[str,
         if "create_followup_request" not in turn.results:
             return call("create_followup_request", {"order_id": order_id, "note": turn.text[:500]})
         return _followup_answer(order_id, turn.results["create_followup_request"])
+
+    refunds = ORDER_AMOUNT.findall(turn.text)
+    if "refund" in text and len(refunds) > 1 and "issue_refund" in declared:
+        # Several refunds named with their amounts: asked for together, in one turn.
+        done = turn.all_results.get("issue_refund", [])
+        if not done:
+            return [
+                (
+                    "issue_refund",
+                    {"order_id": number.upper(), "amount": amount, "reason": "customer request"},
+                )
+                for number, amount in refunds
+            ]
+        return " ".join(
+            _refund_answer(number.upper(), result)
+            for (number, _), result in zip(refunds, done, strict=False)
+        )
 
     if "lookup_order" not in turn.results:
         return call("lookup_order", {"order_id": order_id})

@@ -19,13 +19,15 @@ class Transcript:
 
     `text`: the customer's latest message, followed by their answer to the agent's question
     when there is one. `said`: everything the customer said, newest first (the answer first).
-    `results`: the results of the tools called since the latest message, by tool name.
+    `results`: the results of the tools called since the latest message, by tool name (the
+    last, when a tool was called more than once); `all_results`: all of them, in order.
     """
 
     text: str
     said: list[str]
     results: dict[str, dict[str, Any]]
     calls_so_far: int
+    all_results: dict[str, list[dict[str, Any]]]
 
     @classmethod
     def read(cls, messages: list[dict[str, Any]]) -> "Transcript":
@@ -34,6 +36,7 @@ class Transcript:
         said = [str(messages[index].get("content") or "") for index in reversed(user_indexes)]
         names_by_call: dict[str, str] = {}
         results: dict[str, dict[str, Any]] = {}
+        all_results: dict[str, list[dict[str, Any]]] = {}
         calls_so_far = 0
         for index, message in enumerate(messages):
             for part in message.get("tool_calls") or []:
@@ -45,13 +48,20 @@ class Transcript:
                     results[name] = json.loads(message.get("content") or "{}")
                 except ValueError:
                     results[name] = {"error": str(message.get("content"))}
+                all_results.setdefault(name, []).append(results[name])
         text = said[0] if said else ""
         answer = results.get("request_clarification", {}).get("answer")
         if answer:
             # The customer's answer to the agent's question is part of what they said.
             text = f"{text}\n{answer}"
             said = [str(answer), *said]
-        return cls(text=text, said=said, results=results, calls_so_far=calls_so_far)
+        return cls(
+            text=text,
+            said=said,
+            results=results,
+            calls_so_far=calls_so_far,
+            all_results=all_results,
+        )
 
 
 def _tokens(text: str) -> int:
@@ -60,7 +70,7 @@ def _tokens(text: str) -> int:
 
 class ScriptedModel:
     """Reads the conversation like a model would and answers with the registered script's
-    next move: a text, or a call of one of the tools declared to it.
+    next move: a text, a call of one of the tools declared to it, or several calls in one turn.
 
     With AGENTPORTAL_SCRIPTED_STREAM_MS above 0 it writes its text a word at a time, that many
     milliseconds apart, awaited on the worker's event loop like a real model (so the demo
@@ -97,10 +107,16 @@ class ScriptedModel:
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": _tokens(move)}
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             return ModelResponse(content=move, usage=usage)
-        name, arguments = move
-        call = ToolCall(
-            id=f"call_{transcript.calls_so_far + 1}", name=name, arguments=json.dumps(arguments)
-        )
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": _tokens(call.arguments)}
+        moves = move if isinstance(move, list) else [move]
+        calls = [
+            ToolCall(
+                id=f"call_{transcript.calls_so_far + number}",
+                name=name,
+                arguments=json.dumps(arguments),
+            )
+            for number, (name, arguments) in enumerate(moves, start=1)
+        ]
+        written = sum(_tokens(call.arguments) for call in calls)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": written}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        return ModelResponse(content=None, tool_calls=[call], usage=usage)
+        return ModelResponse(content=None, tool_calls=calls, usage=usage)

@@ -321,12 +321,56 @@ def approvals_note(approval: Approval, *, user_id: int) -> tuple[str, bool]:
 INBOX_ROWS = 100
 
 
+# What a call's status means, for a supervisor looking at the calls of one request.
+CALL_STATES = {
+    ApprovalStatus.PENDING_APPROVAL: "waiting for a decision",
+    ApprovalStatus.APPROVED_EXECUTING: "approved, about to be carried out",
+    ApprovalStatus.EXECUTED: "carried out",
+    ApprovalStatus.REJECTED: "rejected",
+    ApprovalStatus.EXPIRED: "expired: nobody decided in time",
+    ApprovalStatus.CANCELLED: "cancelled with the request",
+}
+
+
+def siblings_context(approval: Approval) -> list[dict[str, Any]]:
+    """The other calls the model asked for in the same turn, each with its state: they were
+    paused together and are decided one by one."""
+    return [
+        {
+            "interrupt_id": sibling.interrupt_id,
+            "label": call_label(sibling.tool_name),
+            "arguments": ", ".join(
+                f"{label}: {value}" for label, value in readable_arguments(sibling.proposed_args)
+            ),
+            "state": CALL_STATES.get(sibling.status, sibling.status),
+            "pending": sibling.status == ApprovalStatus.PENDING_APPROVAL,
+        }
+        for sibling in selectors.approval_siblings(approval)
+    ]
+
+
+def _grouped_by_request(calls: list[Approval]) -> list[Approval]:
+    """The calls with those of one request (run) together, where its first call sorted; each
+    knows its place in its group (`group_position` of `group_size`)."""
+    groups: dict[Any, list[Approval]] = {}
+    for call in calls:
+        groups.setdefault(call.run_id, []).append(call)
+    ordered = []
+    for group in groups.values():
+        group.sort(key=lambda call: call.tool_execution_key)
+        for position, call in enumerate(group, start=1):
+            call.group_position, call.group_size = position, len(group)
+        ordered += group
+    return ordered
+
+
 def inbox_context(*, user, sort: str | None) -> dict[str, Any]:
     """The inbox's calls and plans for a supervisor: calls sorted by `sort` ("age", oldest
-    first, unless "amount", largest first), each with what its row shows."""
+    first, unless "amount", largest first), those asked for together kept together, each
+    with what its row shows."""
     sort = sort if sort in selectors.INBOX_SORTS else "age"
     pending = selectors.approvals_pending_for_supervisor(user=user, sort=sort)
-    calls = list(pending[:INBOX_ROWS])
+    calls = _grouped_by_request(list(pending[:INBOX_ROWS]))
     orders = selectors.orders_named(calls)
     for call in calls:
         call.label = call_label(call.tool_name)

@@ -21,7 +21,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, F
 from django.utils.html import escape
 
 from agentportal.models import Membership, Role
@@ -69,11 +69,17 @@ def _digest(parts: Iterable[object]) -> str:
 
 def approval_digest(approval: Approval) -> str:
     """A call's page changes with its status, and with each approval given or escalation
-    while it waits (a colleague's vote must reach the other supervisors' open pages)."""
+    while it waits (a colleague's vote must reach the other supervisors' open pages), and
+    with its run (the timeline, and the calls asked for together with it)."""
     votes = getattr(approval, "votes_given", None)
     if votes is None:
         votes = len(approval.votes.all())
-    return _digest([approval.status, approval.updated_at, votes, approval.escalated_at])
+    run_version = getattr(approval, "run_version", None)
+    if run_version is None:
+        run_version = approval.run.version
+    return _digest(
+        [approval.status, approval.updated_at, votes, approval.escalated_at, run_version]
+    )
 
 
 def ticket_digest(ticket: Ticket) -> str:
@@ -85,7 +91,7 @@ def _approval_states(keys: list[str]) -> dict[str, tuple[str, int, list[int]]]:
     approvals = (
         Approval.objects.filter(pk__in=keys)
         .only("status", "updated_at", "escalated_at", "merchant")
-        .annotate(votes_given=Count("votes"))
+        .annotate(votes_given=Count("votes"), run_version=F("run__version"))
     )
     return {
         str(approval.pk): (approval_digest(approval), approval.merchant_id, [])

@@ -123,6 +123,16 @@ def policy_versions(policy: ApprovalPolicy) -> QuerySet[ApprovalPolicyVersion]:
     return policy.versions.select_related("created_by").order_by("-version")
 
 
+def approval_siblings(approval: Approval) -> list[Approval]:
+    """The other calls of the model turn that paused with this one (a composite interrupt),
+    in the model's order. Their tool-call keys share the turn's prefix."""
+    turn = approval.tool_execution_key.rpartition(":")[0] + ":"
+    siblings = Approval.objects.filter(
+        run_id=approval.run_id, tool_execution_key__startswith=turn
+    ).exclude(pk=approval.pk)
+    return sorted(siblings, key=lambda call: int(call.tool_execution_key.rpartition(":")[2]))
+
+
 def orders_named(approvals) -> dict[tuple[int, int, str], Order]:
     """The orders these calls name in their `order_id`, by (shop, customer, number): those
     of the call's own customer only, as the tools see them. One query."""

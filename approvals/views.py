@@ -159,6 +159,7 @@ def approval_page(request, interrupt_id: str):
             "seen": live.approval_digest(approval),
             **decision_context.approval_decision_context(approval),
             **decision_context.approvals_context(approval, user=request.user),
+            "siblings": decision_context.siblings_context(approval),
         },
     )
 

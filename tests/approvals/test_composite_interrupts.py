@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.contrib.auth.models import User
+from django.test import Client
 
 from approvals.models import Approval, ApprovalStatus, Refund
 from approvals.services import approvals_expire_due
@@ -203,3 +204,43 @@ def test_a_composite_snapshot_with_an_extra_field_is_refused(orders, api):
     assert response.status_code == 422
     assert response.json()["code"] == "snapshot_invalid"
     assert Approval.objects.get(pk=first.pk).status == ApprovalStatus.PENDING_APPROVAL
+
+
+# --- pages ---------------------------------------------------------------------------------
+
+
+def test_the_call_page_shows_the_calls_asked_for_together_with_their_states(orders, api):
+    _, (first, second) = two_refunds_waiting(orders)
+    decide(api("sue"), second.interrupt_id, "reject", reason="not this")
+    sam = Client()
+    sam.force_login(User.objects.get(username="sam"))
+
+    page = sam.get(f"/portal/approvals/{first.interrupt_id}/").content.decode()
+
+    assert "Asked for together" in page
+    siblings = page.split('id="siblings"')[1].split("</ul>")[0]
+    assert "ORD-9002" in siblings and "rejected" in siblings
+    assert "ORD-9001" not in siblings
+
+
+def test_the_inbox_keeps_calls_asked_for_together_next_to_each_other(orders):
+    # given: two refunds asked together (5 and 6), and bob's 5.50, which sorts between them
+    # by amount
+    _, (first, second) = two_refunds_waiting(orders)
+    factories.run_queue(
+        customer=User.objects.get(username="bob"),
+        merchant=orders,
+        message="I want a refund for ORD-2001 amount 5.50",
+    )
+    worker.tick()
+    sam = Client()
+    sam.force_login(User.objects.get(username="sam"))
+
+    # when: sam sorts the inbox by amount
+    page = sam.get("/portal/?sort=amount").content.decode()
+
+    # then: the two asked together stay together, in the model's order
+
+    rows = [part.split('"')[0] for part in page.split('data-interrupt="')[1:]]
+    assert rows.index(second.interrupt_id) == rows.index(first.interrupt_id) + 1
+    assert "1 of 2 asked for together" in page and "2 of 2 asked for together" in page

@@ -35,7 +35,7 @@ from approvals.models import (
     TicketStatus,
 )
 from runs import commands, conversations, timeline
-from runs.models import Conversation
+from runs.models import Conversation, RunStatus
 from runs.tools import TOOLS
 
 
@@ -124,14 +124,14 @@ def approval_page(request, interrupt_id: str):
                 if action == "preview":
                     diff = _diff(approval, _validated(approval, tool_args))
                 else:
-                    _, decided = services.approval_decide_as_user(
+                    run, decided = services.approval_decide_as_user(
                         approval=approval,
                         user=request.user,
                         decision=action,
                         tool_args=tool_args if action == Decision.REVISE else None,
                         reason=form.cleaned_data["reason"],
                     )
-                    messages.success(request, _done_message(action, decided))
+                    messages.success(request, _done_message(action, decided, run))
                     return redirect("portal-approval", interrupt_id=interrupt_id)
             except DomainError as error:
                 _explain(request, form, error, typed if typed_used else None)
@@ -197,7 +197,7 @@ def _diff(approval: Approval, revised: dict) -> list[dict]:
     ]
 
 
-def _done_message(action: str, approval: Approval) -> str:
+def _done_message(action: str, approval: Approval, run) -> str:
     if approval.status == ApprovalStatus.PENDING_APPROVAL:
         # The first of two approvals: nothing runs yet.
         given = f"{len(approval.current_votes)} of {approval.required_approvals} approvals"
@@ -207,6 +207,16 @@ def _done_message(action: str, approval: Approval) -> str:
                 "approve them before the agent runs the call."
             )
         return f"Approved ({given}): another supervisor must approve it too before it runs."
+    if run.status == RunStatus.WAITING_APPROVAL:
+        # Calls asked for together: the agent goes on once the last of them is decided.
+        return {
+            "approve": "Approved. The agent goes on once the calls asked for together with "
+            "it are decided too.",
+            "revise": "Approved with your changes. The agent goes on once the calls asked for "
+            "together with it are decided too.",
+            "reject": "Rejected. The agent goes on, and tells the customer why, once the calls "
+            "asked for together with it are decided too.",
+        }[action]
     return {
         "approve": "Approved: the agent carries on and runs the call.",
         "revise": "Approved with your changes: the agent runs the revised call.",

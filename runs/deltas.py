@@ -59,6 +59,8 @@ class PostgresChannel:
 
     def __init__(self) -> None:
         self._publisher = None
+        self._connecting: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _conninfo(self) -> dict[str, Any]:
         url = os.environ.get("AGENTPORTAL_LISTEN_DATABASE_URL", "")
@@ -76,10 +78,18 @@ class PostgresChannel:
     async def publish(self, messages: list[dict[str, Any]]) -> None:
         import psycopg
 
-        if self._publisher is None or self._publisher.closed:
-            self._publisher = await psycopg.AsyncConnection.connect(
-                **self._conninfo(), autocommit=True, prepare_threshold=None
-            )
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            # One connection per event loop (the worker has one): a connection and a lock
+            # belong to the loop they were made on.
+            self._loop, self._connecting, self._publisher = loop, asyncio.Lock(), None
+        # The calls that flush first all find no connection: one of them makes it and the
+        # others wait for it, rather than each opening one (hundreds, past max_connections).
+        async with self._connecting:
+            if self._publisher is None or self._publisher.closed:
+                self._publisher = await psycopg.AsyncConnection.connect(
+                    **self._conninfo(), autocommit=True, prepare_threshold=None
+                )
         await self._publisher.execute(
             "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
             [CHANNEL, [encode(message) for message in messages]],

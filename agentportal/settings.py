@@ -343,6 +343,9 @@ AGENTPORTAL = {
     "APPROVAL_TTL_SECONDS": env_int("AGENTPORTAL_APPROVAL_TTL_SECONDS", 1800),
     # The scripted model writes its answers a word at a time, this many ms apart (0: at once).
     "SCRIPTED_STREAM_MS": env_int("AGENTPORTAL_SCRIPTED_STREAM_MS", 20),
+    # Publish the answers' text as the model writes it (runs.deltas); false: the clients still
+    # stream from the model, but nothing is published and the answer shows when it commits.
+    "STREAM_DELTAS": env_bool("AGENTPORTAL_STREAM_DELTAS", True),
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),

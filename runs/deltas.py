@@ -58,8 +58,9 @@ class PostgresChannel:
     broadcast = True
 
     def __init__(self) -> None:
-        # One publishing connection per event loop (the worker has one).
-        self._publishers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._publisher = None
+        self._connecting: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _conninfo(self) -> dict[str, Any]:
         url = os.environ.get("AGENTPORTAL_LISTEN_DATABASE_URL", "")
@@ -78,12 +79,18 @@ class PostgresChannel:
         import psycopg
 
         loop = asyncio.get_running_loop()
-        publisher = self._publishers.get(loop)
-        if publisher is None or publisher.closed:
-            publisher = self._publishers[loop] = await psycopg.AsyncConnection.connect(
-                **self._conninfo(), autocommit=True, prepare_threshold=None
-            )
-        await publisher.execute(
+        if self._loop is not loop:
+            # One connection per event loop (the worker has one): a connection and a lock
+            # belong to the loop they were made on.
+            self._loop, self._connecting, self._publisher = loop, asyncio.Lock(), None
+        # The calls that flush first all find no connection: one of them makes it and the
+        # others wait for it, rather than each opening one (hundreds, past max_connections).
+        async with self._connecting:
+            if self._publisher is None or self._publisher.closed:
+                self._publisher = await psycopg.AsyncConnection.connect(
+                    **self._conninfo(), autocommit=True, prepare_threshold=None
+                )
+        await self._publisher.execute(
             "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
             [CHANNEL, [encode(message) for message in messages]],
         )

@@ -2,7 +2,8 @@
 /v1/chat/completions answers after `latency` seconds, like the scripted model would (a tool
 call, then text) or with text at once, and counts the calls it holds. It can also answer 429
 with Retry-After for a while, as a busy endpoint does. Asked to stream, it sends the answer
-as server-sent chunks (text a word at a time) spread over the latency, as a model writes.
+as server-sent chunks (text a word at a time) spread over the latency, as a model writes, and
+notes when each answer's first word went out.
 
 It runs on an event loop in a thread of its own, so that hundreds of calls can wait at once.
 """
@@ -24,6 +25,8 @@ class ModelStub:
         self.calls = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        # Seconds from each streamed answer's start to its first word being sent.
+        self.first_words: list[float] = []
         self.throttled = 0
         self.throttle_until = 0.0
         self.throttle_retry_after = 1
@@ -124,11 +127,15 @@ class ModelStub:
                 b"Transfer-Encoding: chunked\r\n\r\n"
             )
             pause = self.latency / max(1, len(chunks) - 1)
+            started, worded = time.monotonic(), False
             for chunk in chunks:
                 await asyncio.sleep(pause if chunk["choices"] else 0)
                 data = f"data: {json.dumps(chunk)}\n\n".encode()
                 writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 await writer.drain()
+                if not worded and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                    self.first_words.append(time.monotonic() - started)
+                    worded = True
             done = b"data: [DONE]\n\n"
             writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
             await writer.drain()

@@ -54,14 +54,17 @@ def model_step(run: AgentRun, lease: Lease) -> Step:
     client = model_client_for(manifest)
     schemas = [tool.schema() for tool in tools.values()]
     started = time.monotonic()
-    deltas = DeltaPublisher(run=str(run.pk), gen=f"{run.step}.{lease.attempt_no}")
+    deltas = None
+    if _config("STREAM_DELTAS"):
+        deltas = DeltaPublisher(run=str(run.pk), gen=f"{run.step}.{lease.attempt_no}")
 
     async def streamed() -> ModelResponse:
         try:
             return await client.acomplete(messages=run.messages, tools=schemas, deltas=deltas)
         finally:
             # Complete or failed, this call writes no more: its commit (or retry) follows.
-            await deltas.flush(done=True)
+            if deltas is not None:
+                await deltas.flush(done=True)
 
     try:
         if client.waits:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from runs import worker
+from runs import deltas, worker
 from runs.model_stub import completion_chunks
 from runs.models import (
     AgentRelease,
@@ -275,6 +275,56 @@ def test_openai_run_calls_tool_and_completes_with_model_text(demo, chat_server, 
     assert types.count("model.responded") == 2
     assert types.count("run.completed") == 1
     assert types[-1] == "run.completed"
+
+
+class RecordingChannel:
+    """A delta channel that keeps what it is given to publish."""
+
+    broadcast = True
+
+    def __init__(self) -> None:
+        self.published: list[dict[str, Any]] = []
+
+    async def publish(self, messages: list[dict[str, Any]]) -> None:
+        self.published.extend(messages)
+
+    def publish_in_transaction(self, message: dict[str, Any]) -> None:
+        self.published.append(message)
+
+
+@pytest.mark.parametrize("stream_deltas", [True, False], ids=["deltas-on", "deltas-off"])
+def test_a_streamed_answer_is_published_as_deltas_unless_stream_deltas_is_off(
+    demo, chat_server, openai_model, settings, monkeypatch, stream_deltas
+):
+    # given: a streaming endpoint, a channel that records what is published, and the switch
+    server = chat_server(order_agent())
+    openai_model(server)
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "STREAM_DELTAS": stream_deltas}
+    channel = RecordingChannel()
+    monkeypatch.setattr(deltas, "channel", lambda: channel)
+    run = alice_run(demo)
+
+    # when
+    worker.tick()
+
+    # then: either way the client streamed both calls and the run completed with the answer
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+    assert run.result == "Order ORD-1001 is delivered."
+    assert [body["stream"] for body in server.requests] == [True, True]
+    if stream_deltas:
+        # the answer's text, in order, under its call, whose end is marked (the call that
+        # only asked for a tool wrote nothing to close)
+        text = [m for m in channel.published if "text" in m]
+        assert {m["run"] for m in channel.published} == {str(run.pk)}
+        assert "".join(m["text"] for m in text) == run.result
+        assert [m["seq"] for m in text] == list(range(1, len(text) + 1))
+        assert len({m["gen"] for m in text}) == 1
+        assert [m for m in channel.published if m.get("done")] == [
+            {"run": str(run.pk), "gen": text[0]["gen"], "done": True}
+        ]
+    else:
+        assert channel.published == []
 
 
 def test_openai_server_error_once_is_retried_as_a_second_attempt(demo, chat_server, openai_model):

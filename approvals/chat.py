@@ -7,7 +7,7 @@ import itertools
 from approvals import customer_words, selectors
 from approvals.models import TICKET_OPEN_STATUSES, Approval, ApprovalStatus, Ticket
 from runs import selectors as run_selectors
-from runs.models import Conversation, RunStatus
+from runs.models import Conversation, MessageStatus, RunStatus
 from runs.timeline import progress_of
 
 
@@ -45,6 +45,14 @@ def chat_context(conversation: Conversation | None) -> dict:
             if row.run and row.run.status == RunStatus.WAITING_APPROVAL
             else None
         )
+        # Where the answer being written shows (approvals.live_answers): in the row of each
+        # message that may still be answered, also once stopped (its text stays, greyed).
+        row.answer_slot = not row.answered_later and (
+            not row.run.result
+            if row.run
+            else row.status in (MessageStatus.QUEUED, MessageStatus.HELD)
+        )
+        row.ended = bool(row.run and row.run.is_finished)
     return {
         "conversation": conversation,
         "shop": conversation.merchant.name if conversation else "",

@@ -1,6 +1,8 @@
 """Live pages: an open page holds one server-sent event stream that says when what the page
 shows has changed (`changed`, then the page fetches its new part) and who else is looking at
-it (`viewers`, a line of HTML swapped in place). A page nothing happens to makes no requests.
+it (`viewers`, a line of HTML swapped in place); a customer's chat also gets the answer being
+written, as it is written (`delta`, approvals.live_answers). A page nothing happens to makes
+no requests.
 
 Every page stream of a web process waits on one hub (per event loop, as the run event streams
 do); once a second the hub reads the state of every watched page in a few statements, in a
@@ -26,6 +28,7 @@ from django.utils.html import escape
 
 from agentportal.models import Membership, Role
 from approvals import selectors
+from approvals.live_answers import AnswerFollower
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
 
 logger = logging.getLogger(__name__)
@@ -58,6 +61,8 @@ class Topic:
 class PageState:
     digest: str
     viewers: tuple[str, ...] = ()
+    # A chat's answer being written: its run, and the message whose row shows it.
+    writing: tuple[str, int] | None = None
 
 
 def _digest(parts: Iterable[object]) -> str:
@@ -145,8 +150,10 @@ def page_states(topics: Iterable[Topic]) -> dict[Topic, PageState]:
             )
     chats = by_kind.get("chat", [])
     if chats:
-        digests = selectors.chat_digests(user_ids=[int(topic.key) for topic in chats])
-        states.update({topic: PageState(digests[int(topic.key)]) for topic in chats})
+        chat_states = selectors.chat_states(user_ids=[int(topic.key) for topic in chats])
+        for topic in chats:
+            chat = chat_states[int(topic.key)]
+            states[topic] = PageState(chat.digest, writing=chat.writing)
     # A supervisor has one inbox open at a time, and there are few supervisors: one by one.
     for topic in by_kind.get("inbox", []):
         states[topic] = PageState(inbox_digest(topic.key))
@@ -222,6 +229,7 @@ class PageHub:
         self.wake = asyncio.Event()
         self.reader: asyncio.Task | None = None
         self.failing = False
+        self.reads = 0
 
     def watch(self, topic: Topic) -> Watcher:
         watcher = Watcher(topic)
@@ -251,6 +259,7 @@ class PageHub:
                 self.failing, states = True, {}
             else:
                 self.failing = False
+            self.reads += 1
             for topic, state in states.items():
                 for watcher in list(self.watchers.get(topic, ())):
                     watcher.deliver(state)
@@ -291,7 +300,8 @@ async def page_stream(
     topic: Topic, *, user_id: int, username: str, seen: str
 ) -> AsyncIterator[str]:
     """`changed` when the page's digest is no longer `seen` (what the page was drawn from),
-    `viewers` when the others viewing it change; a comment line when quiet."""
+    `viewers` when the others viewing it change, and on a chat the answer being written as
+    `delta` events (approvals.live_answers); a comment line when quiet."""
     ends = time.monotonic() + STREAM_SECONDS * (1 - random.uniform(0, STREAM_JITTER))
     mark: Callable[[], object] = sync_to_async(
         lambda: _mark_presence(topic, user_id, username), thread_sensitive=False
@@ -301,6 +311,7 @@ async def page_stream(
         await mark()
     hub = page_hub()
     watcher = hub.watch(topic)
+    answer = AnswerFollower(watcher.ready.set) if topic.kind == "chat" else None
     shown, shown_viewers = seen, ""
     try:
         while (remaining := ends - time.monotonic()) > 0:
@@ -312,14 +323,25 @@ async def page_stream(
                 yield ": keep-alive\n\n"
                 continue
             watcher.ready.clear()
+            # The text heard so far goes before the news that may replace it (a commit).
+            if answer and (text := answer.take()):
+                yield text
             state = watcher.state
+            if state is None:
+                continue
             if state.digest != shown:
                 shown = state.digest
                 yield f"event: changed\ndata: {shown}\n\n"
             if (others := viewers_html(state.viewers, me=username)) != shown_viewers:
                 shown_viewers = others
                 yield f"event: viewers\ndata: {others}\n\n"
+            if answer:
+                answer.follow(state.writing)
+                if text := answer.take():
+                    yield text
     finally:
+        if answer:
+            answer.close()
         hub.unwatch(watcher)
         if topic.has_viewers:
             # Not awaited: the stream may be ending because its task was cancelled.

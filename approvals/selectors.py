@@ -1,4 +1,5 @@
 import hashlib
+from dataclasses import dataclass
 
 from django.db.models import Case, DecimalField, F, OuterRef, QuerySet, Subquery, When
 from django.db.models.fields.json import KT
@@ -29,6 +30,7 @@ from runs.models import (
     Conversation,
     ConversationMessage,
     ConversationStatus,
+    RunStatus,
 )
 
 
@@ -317,6 +319,20 @@ def chat_digest(*, conversation: Conversation | None) -> str:
 def chat_digests(*, user_ids: list[int]) -> dict[int, str]:
     """By customer: the digest of their chat as `chat_digest` makes it, for many customers in
     three statements (the live pages read every open chat once a second)."""
+    return {user_id: state.digest for user_id, state in chat_states(user_ids=user_ids).items()}
+
+
+@dataclass(frozen=True)
+class ChatState:
+    """What a customer's open chat shows (`digest`), and where the assistant may be writing an
+    answer now: the run, and the message whose row shows that run's answer."""
+
+    digest: str
+    writing: tuple[str, int] | None = None
+
+
+def chat_states(*, user_ids: list[int]) -> dict[int, ChatState]:
+    """By customer: their chat's state, for many customers in three statements."""
     shop_of: dict[int, int] = {}
     for user_id, merchant_id in (
         Membership.objects.filter(
@@ -342,10 +358,22 @@ def chat_digests(*, user_ids: list[int]) -> dict[int, str]:
         .values_list("conversation", *_CHAT_ROW)
     ):
         rows.setdefault(conversation_id, []).append(tuple(row))
-    return {
-        user_id: _chat_digest(current.get(user_id), rows.get(current.get(user_id), []))
-        for user_id in user_ids
-    }
+    states = {}
+    for user_id in user_ids:
+        conversation_rows = rows.get(current.get(user_id), [])
+        states[user_id] = ChatState(
+            _chat_digest(current.get(user_id), conversation_rows), _writing(conversation_rows)
+        )
+    return states
+
+
+def _writing(rows: list[tuple]) -> tuple[str, int] | None:
+    """The run that may be writing an answer (queued or running: one at a time in a
+    conversation) and the last of its messages, whose row shows its answer."""
+    for pk, _, run, run_status, *_ in reversed(rows):
+        if run is not None and run_status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            return str(run), pk
+    return None
 
 
 def _chat_digest(conversation_pk, rows) -> str:

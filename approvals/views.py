@@ -403,11 +403,21 @@ def chat_page(request):
                 conversations.message_send(conversation=conversation, text=text)
             else:
                 command, result = executed
-                messages.info(request, _command_message(command.name, result))
+                said = _command_message(command.name, result)
+                if request.htmx:
+                    # The Stop button: the page stays, and so does the answer being written.
+                    return _chat_notice(request, said)
+                messages.info(request, said)
             return redirect("portal-chat")
         except DomainError as error:
+            if request.htmx:
+                return _chat_notice(request, error.detail, level="warning")
             form.add_error("text", error.detail)
     return render(request, "portal/chat.html", {**chat.chat_context(conversation), "form": form})
+
+
+def _chat_notice(request, notice: str, *, level: str = "info") -> HttpResponse:
+    return render(request, "portal/_chat_notice.html", {"notice": notice, "level": level})
 
 
 def _cancelled_by(conversation: Conversation, text: str) -> list[str]:

@@ -168,9 +168,23 @@ class FileChannel:
         by_run: dict[str, list[str]] = {}
         for message in messages:
             by_run.setdefault(message["run"], []).append(encode(message) + "\n")
+        starts = {m["run"] for m in messages if m.get("seq") == 1}
         for run, lines in by_run.items():
-            with open(self._path(run), "a", encoding="utf-8") as file:
+            path = self._path(run)
+            if run in starts:
+                # A call's first text starts a new file: it holds one answer, the one being
+                # written, so a web process that starts reading it replays nothing older
+                # (readers notice the new file by its inode).
+                fresh = path.with_suffix(".new")
+                fresh.write_text("".join(lines), encoding="utf-8")
+                os.replace(fresh, path)
+                continue
+            with open(path, "a", encoding="utf-8") as file:
                 file.write("".join(lines))
+
+    def forget(self, run: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(run).unlink()
 
     async def publish(self, messages: list[dict[str, Any]]) -> None:
         self._append(messages)
@@ -195,23 +209,29 @@ class FileChannel:
         return removed
 
     async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
-        offsets: dict[str, int] = {}
+        # By run: the file read (its inode) and how far.
+        read: dict[str, tuple[int, int]] = {}
         while runs := watched():
-            for run in list(offsets):
+            for run in list(read):
                 if run not in runs:
-                    del offsets[run]
+                    del read[run]
             for run in runs:
                 try:
                     with open(self._path(run), encoding="utf-8") as file:
-                        file.seek(offsets.get(run, 0))
+                        inode = os.fstat(file.fileno()).st_ino
+                        known, offset = read.get(run, (inode, 0))
+                        if known != inode:
+                            offset = 0  # a new answer's file
+                        file.seek(offset)
                         chunk = file.read()
                 except FileNotFoundError:
-                    offsets[run] = 0
+                    read.pop(run, None)
                     continue
                 complete, _, _ = chunk.rpartition("\n")
                 if not complete:
+                    read[run] = (inode, offset)
                     continue
-                offsets[run] = offsets.get(run, 0) + len(complete.encode()) + 1
+                read[run] = (inode, offset + len(complete.encode()) + 1)
                 for line in complete.split("\n"):
                     yield json.loads(line)
             await asyncio.sleep(FILE_POLL_SECONDS)

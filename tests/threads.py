@@ -1,10 +1,14 @@
 """Racing real threads on real database connections, for the concurrency tests."""
 
+import asyncio
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from django.db import connection
+
+T = TypeVar("T")
 
 
 def in_threads(targets: list[Callable[[], Any]]) -> list[Any]:
@@ -32,3 +36,10 @@ def in_threads(targets: list[Callable[[], Any]]) -> list[Any]:
     if errors:
         raise errors[0]
     return results
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run in a thread of its own: a test process may already have an event loop
+    running in its main thread (the browser tests' Playwright)."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()

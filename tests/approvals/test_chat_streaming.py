@@ -8,7 +8,6 @@ import html
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.contrib.auth.models import User
@@ -20,14 +19,9 @@ from runs import conversations, worker
 from runs.deltas import delta_hub
 from runs.models import AgentRun, ConversationMessage, RunStatus
 from tests.approvals.test_live_pages import _event, _follow
+from tests.threads import run_coroutine
 
 STATUS = "What is the status of order ORD-1001?"
-
-
-def _run(coroutine):
-    """asyncio.run in a thread of its own, as the event-stream tests do."""
-    with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, coroutine).result()
 
 
 def _alice() -> User:
@@ -174,7 +168,7 @@ def test_the_stream_sends_the_text_of_the_run_being_answered_as_the_hub_hears_it
         await stream.close()
         return stream.deltas()
 
-    deltas = _run(scenario())
+    deltas = run_coroutine(scenario())
 
     # then her slot gets the text, escaped: all of it first, then what came after, then the
     # text as written; nothing of the other run
@@ -207,7 +201,7 @@ def test_the_stream_marks_the_text_stopped_when_the_run_ends_before_its_answer(d
         return stream.deltas()
 
     # then the text it had written stays, marked stopped; nothing written after the end
-    assert _run(scenario())[-1] == live_answers.event(
+    assert run_coroutine(scenario())[-1] == live_answers.event(
         live_answers.whole_html(message.pk, "Order ORD-1001", state="stopped")
     )
 
@@ -228,7 +222,7 @@ def test_another_model_call_starts_the_text_over(demo):
         return stream.deltas()
 
     # then the slot holds the second call's text alone
-    assert _run(scenario())[-1] == live_answers.event(
+    assert run_coroutine(scenario())[-1] == live_answers.event(
         live_answers.whole_html(message.pk, "Your order", state="writing")
     )
 
@@ -249,7 +243,7 @@ def test_a_chat_opened_mid_answer_gets_the_text_so_far_then_the_rest(demo):
         await stream.close()
         return stream.deltas()
 
-    assert _run(scenario()) == [
+    assert run_coroutine(scenario()) == [
         live_answers.event(live_answers.whole_html(message.pk, "Order ORD-1001", state="writing")),
         live_answers.event(live_answers.more_html(message.pk, " is shipped.")),
     ]
@@ -275,7 +269,7 @@ def test_the_stream_reads_nothing_and_starts_no_thread_per_piece_of_text(demo):
         pieces = sum(chunk.count("word") for chunk in stream.deltas())
         return pieces, live.page_hub().reads - reads, threading.active_count() - threads
 
-    pieces, reads, threads = _run(scenario())
+    pieces, reads, threads = run_coroutine(scenario())
 
     # then every piece went out; the page hub read as it does anyway (once a second), and no
     # thread was started

@@ -6,6 +6,7 @@ import asyncio
 import psycopg
 
 from runs.deltas import PostgresChannel
+from tests.threads import run_coroutine
 
 
 class FakeConnection:
@@ -40,7 +41,7 @@ def test_calls_that_flush_at_once_open_one_connection(monkeypatch):
             )
         )
 
-    asyncio.run(publish_all())
+    run_coroutine(publish_all())
 
     # then: one connection carried all of them
     assert len(opened) == 1

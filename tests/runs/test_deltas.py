@@ -10,6 +10,7 @@ from django.db import transaction
 
 from runs import deltas
 from runs.deltas import DeltaHub, DeltaPublisher
+from tests.threads import run_coroutine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +33,7 @@ def hub_hearing(run: str, action, *, until, timeout: float = 10.0) -> tuple[list
         hub.listener.cancel()
         return heard, hub.answers.get(run)
 
-    return asyncio.run(scenario())
+    return run_coroutine(scenario())
 
 
 def test_published_deltas_are_heard_in_order_and_done_forgets_the_answer():
@@ -108,7 +109,7 @@ def test_long_text_is_published_in_parts_that_fit_a_notification():
     deltas._channel, saved = Recorder(), deltas._channel
     try:
         publisher = DeltaPublisher(run="r", gen="0.1")
-        asyncio.run(publisher.add("x" * (deltas.MAX_TEXT * 2 + 5)))
+        run_coroutine(publisher.add("x" * (deltas.MAX_TEXT * 2 + 5)))
     finally:
         deltas._channel = saved
 

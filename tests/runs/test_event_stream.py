@@ -2,7 +2,6 @@
 them all, whatever their number."""
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -11,14 +10,9 @@ from runs import event_stream, selectors, services
 from runs.event_stream import run_event_stream, stream_hub
 from runs.models import AgentRun
 from tests import factories
+from tests.threads import run_coroutine
 
 STATUS = "What is the status of order ORD-1001?"
-
-
-def _run(coroutine):
-    """asyncio.run in a thread of its own: a browser test's driver may hold this thread's loop."""
-    with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, coroutine).result()
 
 
 def _queued(demo, count: int) -> list[AgentRun]:
@@ -75,7 +69,7 @@ def test_thirty_streams_of_three_runs_share_one_hub_and_get_each_event_once(demo
         received = await asyncio.wait_for(asyncio.gather(*streams), 10)
         return received, stream_hub().reads - reads_before
 
-    received, reads = _run(scenario())
+    received, reads = run_coroutine(scenario())
 
     # then every stream sends its run's cancellation once and ends
     for chunks in received:
@@ -97,7 +91,7 @@ def test_a_stream_on_a_finished_run_sends_what_is_left_and_ends(demo):
         return [chunk async for chunk in run_event_stream(run.pk, after=1)]
 
     # when a stream opens on it
-    chunks = _run(asyncio.wait_for(watch(), 10))
+    chunks = run_coroutine(asyncio.wait_for(watch(), 10))
 
     # then it sends the rest and ends at once
     assert [chunk.split("\n")[:2] for chunk in chunks[1:]] == [["id: 2", "event: run.cancelled"]]
@@ -118,7 +112,7 @@ def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo
         await sync_to_async(services.run_cancel)(run=run)
         return await asyncio.wait_for(asyncio.gather(*streams), 10)
 
-    from_start, after_first = _run(scenario())
+    from_start, after_first = run_coroutine(scenario())
 
     # then each sent what came after its own place, once
     assert from_start == ["retry: 1000", "id: 1", "id: 2"]
@@ -136,7 +130,7 @@ def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
         return [chunk async for chunk in event_stream.run_event_stream(run.pk, after=1)]
 
     # when a stream opens on it
-    chunks = _run(asyncio.wait_for(watch(), 10))
+    chunks = run_coroutine(asyncio.wait_for(watch(), 10))
 
     # then it sends comment lines only, and ends by itself
     assert chunks[0] == "retry: 1000\n\n"

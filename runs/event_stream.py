@@ -89,6 +89,11 @@ class StreamHub:
         self.wake = asyncio.Event()
         self.reader: asyncio.Task | None = None
         self.reads = 0
+        # The number of the read under way, and of the last one whose news was delivered: a
+        # stream knows it has had what was committed when it subscribed once a read that
+        # began after that was delivered.
+        self.read_started = 0
+        self.read_delivered = 0
         self.failing = False
 
     def subscribe(self, run_id: Any, after: int) -> Subscription:
@@ -110,6 +115,8 @@ class StreamHub:
         read = sync_to_async(_read, thread_sensitive=False)
         while self.streams:
             self.wake.clear()
+            self.read_started += 1
+            this_read = self.read_started
             cursors = {
                 run_id: min(subscription.after for subscription in watching)
                 for run_id, watching in self.streams.items()
@@ -127,6 +134,7 @@ class StreamHub:
             for run_id, (events, finished) in news.items():
                 for subscription in list(self.streams.get(run_id, ())):
                     subscription.deliver(events, finished)
+            self.read_delivered = this_read
             await asyncio.sleep(READ_GAP_SECONDS)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), POLL_SECONDS - READ_GAP_SECONDS)
@@ -166,22 +174,23 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
     hub = stream_hub()
     subscription = hub.subscribe(run_id, after)
     answers = delta_hub()
-    # What the model wrote of the answer in progress before this stream began is sent once
-    # the committed events before it were read, so it follows them.
     so_far = answers.watch(run_id, subscription.hear)
-    reads_before, sent = hub.reads, ("", 0)
+    # Text of the answer being written (written before this stream began, or since) is sent
+    # only once the events committed before it were: after the first read that began after
+    # this subscription was delivered.
+    first_read, caught_up, sent = hub.read_started + 1, False, ("", 0)
     try:
         while True:
             remaining = ends - time.monotonic()
             if remaining <= 0:
                 return
-            wait = min(remaining, KEEPALIVE_SECONDS, CATCH_UP_SECONDS if so_far else remaining)
+            wait = min(remaining, KEEPALIVE_SECONDS, remaining if caught_up else CATCH_UP_SECONDS)
             try:
                 await asyncio.wait_for(subscription.ready.wait(), wait)
             except TimeoutError:
                 if time.monotonic() >= ends:
                     return
-                if not so_far:
+                if caught_up:
                     yield KEEPALIVE
                     continue
             events, over = subscription.take()
@@ -191,10 +200,12 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
                     return
             if over:
                 return
-            if so_far and hub.reads > reads_before:
-                yield _delta({"text": so_far.text, "gen": so_far.gen, "seq": so_far.seq})
-                sent, so_far = (so_far.gen, so_far.seq), None
-            if so_far is None:
+            if not caught_up and hub.read_delivered >= first_read:
+                caught_up = True
+                if so_far:
+                    yield _delta({"text": so_far.text, "gen": so_far.gen, "seq": so_far.seq})
+                    sent = (so_far.gen, so_far.seq)
+            if caught_up:
                 for data in subscription.take_deltas():
                     if data["gen"] != sent[0] or data["seq"] > sent[1]:
                         yield _delta(data)

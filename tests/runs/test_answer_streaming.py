@@ -111,17 +111,22 @@ def test_a_stream_that_joins_mid_answer_gets_the_text_written_so_far(
     early = EventReader(open_stream(base, path, key=key))
     wait_for(lambda: len(early.deltas()) >= 3, timeout=60)
 
-    # when: another client connects, as a reconnecting one would, with the last event it had
+    # when: another client connects, as a reconnecting one would, with the last event it had,
+    # and a third from the start
     last_seq = AgentRun.objects.get(pk=run.pk).last_event_seq
     late = EventReader(open_stream(base, path, key=key, **{"Last-Event-ID": str(last_seq)}))
-    wait_for(lambda: "run.completed" in late.types(), timeout=60)
+    fresh = EventReader(open_stream(base, path, key=key))
+    wait_for(lambda: all("run.completed" in r.types() for r in (late, fresh)), timeout=60)
 
-    # then: it got the text written before it came, then the rest: the whole answer
+    # then: each got the committed events first, then the text written before it came, then
+    # the rest: the whole answer
     run.refresh_from_db()
-    gen = late.deltas()[0]["gen"]
-    assert "".join(d["text"] for d in late.deltas() if d["gen"] == gen) == run.result
-    early.close()
-    late.close()
+    for reader in (late, fresh):
+        gen = reader.deltas()[0]["gen"]
+        assert "".join(d["text"] for d in reader.deltas() if d["gen"] == gen) == run.result
+    assert fresh.types()[:2] == ["run.queued", "run.started"], fresh.types()
+    for reader in (early, late, fresh):
+        reader.close()
 
 
 def test_stop_while_the_answer_streams_delivers_nothing_after_it_and_keeps_nothing(

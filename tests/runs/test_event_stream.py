@@ -2,11 +2,13 @@
 them all, whatever their number."""
 
 import asyncio
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
 
 from runs import event_stream, selectors, services
+from runs.deltas import delta_hub
 from runs.event_stream import run_event_stream, stream_hub
 from runs.models import AgentRun
 from tests import factories
@@ -136,3 +138,38 @@ def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
     assert chunks[0] == "retry: 1000\n\n"
     assert 2 <= len(chunks[1:]) <= 3
     assert set(chunks[1:]) == {": keep-alive\n\n"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_text_being_written_follows_the_events_committed_before_it(demo, monkeypatch):
+    # given a running run whose events are slow to read, and text of its answer that
+    # arrives before the first read is done
+    (run,) = _queued(demo, 1)
+    slow_read = event_stream._read
+
+    def read_slowly(cursors):
+        time.sleep(0.3)
+        return slow_read(cursors)
+
+    monkeypatch.setattr(event_stream, "_read", read_slowly)
+
+    async def watch() -> list[str]:
+        chunks = []
+        stream = run_event_stream(run.pk, after=0)
+        chunks.append(await anext(stream))
+        reading = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0.05)
+        delta_hub().hear({"run": str(run.pk), "gen": "1.1", "seq": 1, "text": "Hello", "at": 0})
+        chunks.append(await reading)
+        chunks.append(await anext(stream))
+        await stream.aclose()
+        return chunks
+
+    # when a stream follows it
+    chunks = run_coroutine(asyncio.wait_for(watch(), 10))
+
+    # then the committed event comes first, the text after it
+    assert [chunk.split("\n")[:2] for chunk in chunks[1:]] == [
+        ["id: 1", "event: run.queued"],
+        ["event: message.delta", 'data: {"text": "Hello", "gen": "1.1", "seq": 1, "at": 0}'],
+    ]

@@ -59,7 +59,8 @@ class PostgresChannel:
 
     def __init__(self) -> None:
         self._publisher = None
-        self._connecting: asyncio.Lock | None = None
+        self._sending: asyncio.Lock | None = None
+        self._waiting: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _conninfo(self) -> dict[str, Any]:
@@ -76,24 +77,30 @@ class PostgresChannel:
         }
 
     async def publish(self, messages: list[dict[str, Any]]) -> None:
+        """Send the messages on the worker's one publishing connection. The calls that
+        publish while a statement is under way wait for it and then go together in the next
+        one: one round trip for all the answers written meanwhile, not one each."""
         import psycopg
 
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             # One connection per event loop (the worker has one): a connection and a lock
             # belong to the loop they were made on.
-            self._loop, self._connecting, self._publisher = loop, asyncio.Lock(), None
-        # The calls that flush first all find no connection: one of them makes it and the
-        # others wait for it, rather than each opening one (hundreds, past max_connections).
-        async with self._connecting:
+            self._loop, self._sending, self._publisher = loop, asyncio.Lock(), None
+            self._waiting = []
+        self._waiting += [encode(message) for message in messages]
+        async with self._sending:
+            if not self._waiting:
+                return  # sent along with an earlier caller's
+            batch, self._waiting = self._waiting, []
             if self._publisher is None or self._publisher.closed:
                 self._publisher = await psycopg.AsyncConnection.connect(
                     **self._conninfo(), autocommit=True, prepare_threshold=None
                 )
-        await self._publisher.execute(
-            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-            [CHANNEL, [encode(message) for message in messages]],
-        )
+            await self._publisher.execute(
+                "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+                [CHANNEL, batch],
+            )
 
     def publish_in_transaction(self, message: dict[str, Any]) -> None:
         with connection.cursor() as cursor:

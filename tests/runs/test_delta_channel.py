@@ -1,7 +1,8 @@
 """The PostgreSQL delta channel's publishing side, without a database: the calls of a worker
-that flush at once share one connection."""
+that flush at once share one connection and, while a statement is under way, the next one."""
 
 import asyncio
+import json
 
 import psycopg
 
@@ -17,6 +18,7 @@ class FakeConnection:
 
     async def execute(self, sql: str, params: list) -> None:
         self.executed.append(params)
+        await asyncio.sleep(0.01)  # a round trip
 
 
 def test_calls_that_flush_at_once_open_one_connection(monkeypatch):
@@ -43,6 +45,9 @@ def test_calls_that_flush_at_once_open_one_connection(monkeypatch):
 
     run_coroutine(publish_all())
 
-    # then: one connection carried all of them
+    # then: one connection carried all of them, those that came while the first statement
+    # was under way together in the next one, each once and in order
     assert len(opened) == 1
-    assert len(opened[0].executed) == 100
+    assert len(opened[0].executed) == 2
+    sent = [json.loads(text)["run"] for _, texts in opened[0].executed for text in texts]
+    assert sent == [f"r{index}" for index in range(100)]

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from agentportal import errors
 from agentportal.models import Merchant
@@ -115,16 +115,8 @@ def policy_update(
     two consecutive versions and never the same number twice.
     """
     policy_rules_check(tool_name=tool_name, rules=rules)
-    for _ in range(2):
-        try:
-            with transaction.atomic():
-                policy, _created = ApprovalPolicy.objects.get_or_create(
-                    merchant=merchant, tool_name=tool_name
-                )
-                break
-        except IntegrityError:
-            # Someone created it a moment ago; the second round finds it.
-            continue
+    # get_or_create finds the row a concurrent first edit created a moment ago.
+    policy, _created = ApprovalPolicy.objects.get_or_create(merchant=merchant, tool_name=tool_name)
     with transaction.atomic():
         policy = policy_lock(policy.pk)
         current = policy.current

@@ -46,6 +46,12 @@ class SameApprover(DomainError):
     """A call that needs two people already has this person's approval."""
 
 
+class ArgumentsChanged(DomainError):
+    """The decider saw other arguments than the ones now on the table (a colleague revised the
+    call meanwhile), or did not say which they saw where it matters. `context` carries the
+    current `tool_args` and `args_digest`."""
+
+
 class VersionConflict(DomainError):
     """The caller acted on a version that is no longer current."""
 

@@ -84,6 +84,8 @@ class DecideForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "cols": 60}),
     )
     reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    # The digest of the arguments this page showed: the decision counts for those only.
+    args_digest = forms.CharField(required=False, widget=forms.HiddenInput)
 
 
 @admin.register(Approval)
@@ -224,7 +226,13 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
 
     def decide_view(self, request, approval_id):
         approval = get_object_or_404(self.get_queryset(request), pk=approval_id)
-        form = DecideForm(request.POST or None, initial={"tool_args": approval.proposed_args})
+        form = DecideForm(
+            request.POST or None,
+            initial={
+                "tool_args": approval.arguments_on_the_table,
+                "args_digest": approval.digest_on_the_table,
+            },
+        )
         if request.method == "POST" and form.is_valid():
             decision = form.cleaned_data["decision"]
             try:
@@ -236,6 +244,7 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                     if decision == Decision.REVISE
                     else None,
                     reason=form.cleaned_data["reason"],
+                    args_digest=form.cleaned_data["args_digest"] or None,
                 )
             except DomainError as refusal:
                 for error in refusal.errors or []:
@@ -252,7 +261,7 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
             "approval": approval,
             "form": form,
             "opts": self.model._meta,
-            "proposed": json.dumps(approval.proposed_args, indent=2),
+            "proposed": json.dumps(approval.arguments_on_the_table, indent=2),
         }
         return TemplateResponse(request, "admin/approvals/approval/decide.html", context)
 

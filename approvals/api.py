@@ -37,6 +37,7 @@ DECISION_PROBLEMS = problems(
     "interrupt_mismatch",
     "already_decided",
     "same_approver",
+    "arguments_changed",
     "not_waiting",
     "run_finished",
     "interrupt_expired",
@@ -78,6 +79,7 @@ def _decide(request, run, serializer_class, interrupt_id=None):
             decision=data["decision"],
             tool_args=data.get("tool_args"),
             reason=data.get("reason", ""),
+            args_digest=data.get("args_digest"),
         ),
     )
     return Response({"run": RunSerializer(run).data, "approval": ApprovalSerializer(approval).data})

@@ -5,7 +5,6 @@ arguments. Decisions themselves are approvals.services.
 Lock order: AgentRun -> Approval.
 """
 
-import hashlib
 import json
 import logging
 from datetime import timedelta
@@ -20,7 +19,7 @@ from agentportal.models import ApiKey
 from agentportal.problems import pydantic_errors
 from agentportal.selectors import supervisor_memberships
 from approvals import escalation, locks, notifications, policies
-from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision
+from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
 from runs import services as run_services
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
@@ -45,11 +44,6 @@ from runs.worker import ToolOutcome
 logger = logging.getLogger(__name__)
 
 Snapshot = StateSnapshot | CompositeSnapshot
-
-
-def args_digest(arguments: dict[str, Any]) -> str:
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def tool_args_validate(tool: Tool, arguments: Any) -> dict[str, Any]:

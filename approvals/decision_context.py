@@ -156,7 +156,7 @@ def approval_decision_context(approval: Approval) -> dict[str, Any]:
     if approval.status == ApprovalStatus.PENDING_APPROVAL and approval.tool_name == "issue_refund":
         # The amount an approval now would pay: a colleague's revision waiting for a second
         # approval, or the model's.
-        judged = _amount(arguments_on_the_table(approval))
+        judged = _amount(approval.arguments_on_the_table)
         warnings = refund_warnings(
             order_number=number,
             order=order,
@@ -239,12 +239,6 @@ def _earlier_refunds(order: Order, approval: Approval) -> tuple[list[dict], list
 # --- who approved, and what the call still needs -------------------------------------------------
 
 
-def arguments_on_the_table(approval: Approval) -> dict[str, Any]:
-    """What approving the call now approves: a colleague's revision waiting for a second
-    approval, or what the model asked for."""
-    return approval.approved_args if approval.approved_args is not None else approval.proposed_args
-
-
 def policy_described(version: ApprovalPolicyVersion) -> str:
     """A policy version's rules as a supervisor reads them: "two approvers from 200.00
     (version 1)"."""
@@ -283,7 +277,7 @@ def approvals_context(approval: Approval, *, user) -> dict[str, Any]:
         "approve_label": (
             f"Approve {revisers[0]}'s changes" if revised and revisers else "Approve as proposed"
         ),
-        "on_the_table": arguments_on_the_table(approval),
+        "on_the_table": approval.arguments_on_the_table,
         "policy": policy_described(approval.policy_version) if approval.policy_version else "",
     }
 

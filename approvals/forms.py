@@ -23,6 +23,8 @@ class DecisionForm(forms.Form):
     # Text, parsed in clean(): a JSON error is then said where it is, and the text kept.
     tool_args = forms.CharField(required=False)
     reason = forms.CharField(required=False, max_length=2000, strip=True)
+    # The digest of the arguments the page showed: an approval counts for those only.
+    args_digest = forms.CharField(required=False, max_length=64)
 
     def clean(self):
         cleaned = super().clean()

@@ -1,5 +1,7 @@
 """The shop's data the after-sales agent works on, and the human decisions about it."""
 
+import hashlib
+import json
 import uuid
 from decimal import Decimal
 
@@ -76,6 +78,12 @@ class Refund(models.Model):
 
     def __str__(self) -> str:
         return f"{self.amount} for {self.order}"
+
+
+def args_digest(arguments: dict) -> str:
+    """What pins one set of a call's arguments: a vote, an approval and the execution name it."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class ApprovalStatus(models.TextChoices):
@@ -228,6 +236,16 @@ class Approval(models.Model):
         if self.decided_by_key_id:
             return f"service:{self.merchant.slug}"
         return None
+
+    @property
+    def arguments_on_the_table(self) -> dict:
+        """What approving the call now approves: a colleague's revision (or approval) waiting
+        for another approval, or what the model asked for."""
+        return self.approved_args if self.approved_args is not None else self.proposed_args
+
+    @property
+    def digest_on_the_table(self) -> str:
+        return args_digest(self.arguments_on_the_table)
 
     @property
     def current_votes(self) -> list["ApprovalVote"]:

@@ -14,10 +14,37 @@ from agentportal.serializers import (
     StrictSerializer,
     TextField,
 )
-from approvals.models import Approval, CancelCause, Decision, PlanDecision, Ticket, TicketStatus
+from approvals.models import (
+    Approval,
+    ApprovalStatus,
+    CancelCause,
+    Decision,
+    PlanDecision,
+    Ticket,
+    TicketStatus,
+)
 from approvals.policies import MAX_SECONDS
 from approvals.tools import ExchangeItems
 from runs.serializers import RunSerializer
+
+DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+@extend_schema_field({"type": "string", "pattern": "^[0-9a-f]{64}$"})
+class ArgsDigestField(StrictCharField):
+    """The digest of the arguments the decider saw, as the approval representation gives it.
+    Required to approve a call that was revised or already holds an approval."""
+
+    default_error_messages = {"digest": "The args_digest the approval shows: 64 hex digits."}
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not DIGEST.fullmatch(value):
+            self.fail("digest")
+        return value
 
 
 class DecisionSerializer(StrictSerializer):
@@ -25,6 +52,7 @@ class DecisionSerializer(StrictSerializer):
     decision = serializers.ChoiceField(choices=Decision.choices)
     tool_args = serializers.JSONField(required=False)
     reason = StrictCharField(required=False, allow_blank=True, max_length=2000)
+    args_digest = ArgsDigestField()
 
     def validate_tool_args(self, value):
         if not isinstance(value, dict):
@@ -51,6 +79,7 @@ def decision_bodies(*, name: str, interrupt_id_required: bool) -> PolymorphicPro
             "interrupt_id": InterruptIdField(required=interrupt_id_required),
             "decision": serializers.ChoiceField(choices=[decision]),
             "reason": StrictCharField(required=False, allow_blank=True, max_length=2000),
+            "args_digest": ArgsDigestField(),
             **fields,
         }
         return type(f"{decision.capitalize()}{name}", (StrictSerializer,), fields)
@@ -115,6 +144,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_args_digest(self, approval: Approval) -> str | None:
+        """While the call is pending, the digest of the arguments an approval would approve
+        now: the one a decision names to say what it saw."""
+        if approval.status == ApprovalStatus.PENDING_APPROVAL:
+            return approval.digest_on_the_table
         return approval.args_digest or None
 
     @extend_schema_field(serializers.ChoiceField(Decision.choices, allow_null=True))

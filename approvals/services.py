@@ -21,9 +21,9 @@ from agentportal import errors
 from agentportal.principals import Principal
 from agentportal.problems import iso_z
 from agentportal.selectors import principal_for_user
-from approvals import locks, notifications
-from approvals.calls import args_digest, call_moved, call_replaced, tool_args_validate
-from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision
+from approvals import locks, notifications, policies
+from approvals.calls import call_moved, call_replaced, tool_args_validate
+from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
 from runs import services as run_services
 from runs.locks import run_lock
 from runs.models import AgentRun, RunStatus
@@ -49,6 +49,8 @@ class DecisionRequest:
     decision: str
     tool_args: dict[str, Any] | None = None
     reason: str = ""
+    # The digest of the arguments the decider saw (pages always send it).
+    args_digest: str | None = None
 
 
 def decision_validate(*, approval: Approval | None, request: DecisionRequest) -> dict | None:
@@ -125,7 +127,13 @@ def approval_decide(
 
 
 def approval_decide_as_user(
-    *, approval: Approval, user, decision: str, tool_args=None, reason: str = ""
+    *,
+    approval: Approval,
+    user,
+    decision: str,
+    tool_args=None,
+    reason: str = "",
+    args_digest: str | None = None,
 ) -> tuple[AgentRun, Approval]:
     """approval_decide for a signed-in user (the admin and the portal), by their current
     role in the call's shop."""
@@ -140,6 +148,7 @@ def approval_decide_as_user(
             decision=decision,
             tool_args=tool_args,
             reason=reason,
+            args_digest=args_digest,
         ),
     )
 
@@ -161,18 +170,42 @@ def _refuse_unless_pending(run: AgentRun, call: PendingToolCall, approval: Appro
 
 
 def _decide_locked(run, snapshot, approval, principal, request, revised) -> None:
-    """Call holding the run's and the approval's locks; the call is pending and not due."""
+    """Call holding the run's and the approval's locks; the call is pending and not due.
+
+    An approval counts for the arguments on the table and only when the decider saw them; a
+    revision puts new arguments on the table with the reviser's vote as their first. Either
+    way the call then needs what its policy version asks of the arguments that would execute,
+    never less than one person: a revision is never approved by the policy alone.
+    """
     if request.decision == Decision.REJECT:
         _settle_locked(run, snapshot, approval, principal, request, None)
         return
-    arguments = revised if request.decision == Decision.REVISE else _on_the_table(approval)
+    _refuse_unless_seen(approval, request)
+    arguments = revised if request.decision == Decision.REVISE else approval.arguments_on_the_table
     digest = args_digest(arguments)
+    required = policies.call_requirement(
+        version=approval.policy_version, arguments=arguments, now=timezone.now()
+    ).required_approvals
     voter = _voter(principal)
     round_votes = ApprovalVote.objects.filter(approval=approval, args_digest=digest)
     if round_votes.filter(voter=voter).exists():
         raise errors.SameApprover(
             "You approved these arguments already; another supervisor must approve them too."
         )
+    given = round_votes.count() + 1
+    if principal.user is None and required > 1:
+        # Four eyes are people's: the shop's service keys together are one vote at most,
+        # and never the one that completes the count.
+        if round_votes.filter(user__isnull=True).exists():
+            raise errors.SameApprover(
+                "A service key of this shop approved these arguments already; a supervisor "
+                "must approve them too."
+            )
+        if given >= required:
+            raise errors.NotAllowed(
+                f"This call needs {required} approvals and the last must be a supervisor's: "
+                "a service key's approval is never the one that completes it."
+            )
     ApprovalVote.objects.create(
         approval=approval,
         voter=voter,
@@ -181,13 +214,15 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
         decision=request.decision,
         args_digest=digest,
     )
-    given = round_votes.count()
-    if given >= approval.required_approvals:
-        _settle_locked(run, snapshot, approval, principal, request, arguments)
+    if given >= required:
+        _settle_locked(run, snapshot, approval, principal, request, arguments, required)
         return
-    # The first of two: the call stays pending, now for these arguments.
+    # Not enough yet: the call stays pending, now for these arguments.
     moved = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING_APPROVAL).update(
-        approved_args=arguments, args_digest=digest, updated_at=timezone.now()
+        approved_args=arguments,
+        args_digest=digest,
+        required_approvals=required,
+        updated_at=timezone.now(),
     )
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")
@@ -201,7 +236,7 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
                     "decision": request.decision,
                     "by": principal.public_name,
                     "approvals_given": given,
-                    "required_approvals": approval.required_approvals,
+                    "required_approvals": required,
                     "tool_args": arguments if request.decision == Decision.REVISE else None,
                 },
             )
@@ -209,9 +244,24 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
     )
 
 
-def _on_the_table(approval: Approval) -> dict[str, Any]:
-    """The arguments an approval now would approve: a colleague's revision, or the model's."""
-    return approval.approved_args if approval.approved_args is not None else approval.proposed_args
+def _refuse_unless_seen(approval: Approval, request: DecisionRequest) -> None:
+    """An approve or revise made on arguments that are no longer on the table is refused, and
+    so is an approve that does not say what it saw once someone has acted on the call (a
+    colleague's revision or approval): it would count for arguments the decider may never
+    have seen."""
+    current, digest = approval.arguments_on_the_table, approval.digest_on_the_table
+    if request.args_digest is None:
+        if request.decision == Decision.REVISE or not approval.votes.exists():
+            return
+        detail = (
+            "Someone has acted on this call since it was asked for: name the args_digest of "
+            "the arguments you approve."
+        )
+    elif request.args_digest != digest:
+        detail = "The arguments changed since you saw them; look at them again before deciding."
+    else:
+        return
+    raise errors.ArgumentsChanged(detail, tool_args=current, args_digest=digest)
 
 
 def _voter(principal: Principal) -> str:
@@ -220,9 +270,10 @@ def _voter(principal: Principal) -> str:
     return f"key:{principal.api_key.pk}"
 
 
-def _settle_locked(run, snapshot, approval, principal, request, approved) -> None:
+def _settle_locked(run, snapshot, approval, principal, request, approved, required=None) -> None:
     """Decide the call for good: rejected (`approved` None), or approved with `approved`
-    (the last approval it needed). Call holding the run's and the approval's locks."""
+    (the last of the `required` approvals it needed). Call holding the run's and the
+    approval's locks."""
     now = timezone.now()
     if approved is None:
         status, decision = ApprovalStatus.REJECTED, request.decision
@@ -240,6 +291,7 @@ def _settle_locked(run, snapshot, approval, principal, request, approved) -> Non
         decided_by_key=principal.api_key if principal.user is None else None,
         decided_at=now,
         updated_at=now,
+        required_approvals=required or approval.required_approvals,
     )
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")

@@ -105,7 +105,7 @@ def approval_page(request, interrupt_id: str):
     typed = (
         ArgumentsForm(
             tool.args_model,
-            decision_context.arguments_on_the_table(approval),
+            approval.arguments_on_the_table,
             request.POST if ArgumentsForm.submitted(request.POST) else None,
         )
         if tool
@@ -130,6 +130,7 @@ def approval_page(request, interrupt_id: str):
                         decision=action,
                         tool_args=tool_args if action == Decision.REVISE else None,
                         reason=form.cleaned_data["reason"],
+                        args_digest=form.cleaned_data["args_digest"] or None,
                     )
                     messages.success(request, _done_message(action, decided, run))
                     return redirect("portal-approval", interrupt_id=interrupt_id)
@@ -157,6 +158,8 @@ def approval_page(request, interrupt_id: str):
             ),
             "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
             "seen": live.approval_digest(approval),
+            # What the supervisor decides on: the arguments the page first showed them.
+            "args_seen": request.POST.get("args_digest") or approval.digest_on_the_table,
             **decision_context.approval_decision_context(approval),
             **decision_context.approvals_context(approval, user=request.user),
             "siblings": decision_context.siblings_context(approval),
@@ -171,7 +174,7 @@ def _editable(request, form: DecisionForm, approval: Approval, diff) -> str:
         return json.dumps(form.cleaned_data["tool_args"], indent=2)
     if request.method == "POST" and "tool_args" in request.POST:
         return request.POST["tool_args"]
-    return json.dumps(decision_context.arguments_on_the_table(approval), indent=2)
+    return json.dumps(approval.arguments_on_the_table, indent=2)
 
 
 def _validated(approval: Approval, tool_args) -> dict:

@@ -41,3 +41,11 @@ def refund_run(merchant: Merchant, amount: str, order: str = "ORD-1003") -> Agen
 
 def approval_of(run: AgentRun) -> Approval:
     return Approval.objects.get(run=run)
+
+
+def seen(approval: Approval, decision: str, body: dict) -> dict:
+    """A decision body as a careful integration sends it: an approve names the digest of the
+    arguments it saw (the approval's representation gives it), unless the test names one."""
+    if decision == "approve" and "args_digest" not in body:
+        return {**body, "args_digest": Approval.objects.get(pk=approval.pk).digest_on_the_table}
+    return body

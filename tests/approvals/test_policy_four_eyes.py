@@ -7,7 +7,7 @@ import pytest
 from approvals.models import ApprovalStatus, ApprovalVote, Refund
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus
-from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run, seen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -15,7 +15,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def decide(client, run, approval, decision="approve", **body):
     return client.post(
         f"/api/v1/runs/{run.pk}/resume",
-        {"interrupt_id": approval.interrupt_id, "decision": decision, **body},
+        {
+            "interrupt_id": approval.interrupt_id,
+            "decision": decision,
+            **seen(approval, decision, body),
+        },
         format="json",
     )
 

@@ -15,7 +15,7 @@ from runs import worker
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus
 from runs.services import run_cancel
 from tests import factories
-from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run, seen
 from tests.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,7 +37,7 @@ def waiting_large_refund(merchant):
 def decide(client, approval, decision="approve", **body):
     return client.post(
         f"/api/v1/approvals/{approval.interrupt_id}/decision",
-        {"decision": decision, **body},
+        {"decision": decision, **seen(approval, decision, body)},
         format="json",
     )
 

@@ -1,6 +1,7 @@
 """The after-sales tools the agent may call. Each checks what it names against the run's
 customer and shop: an order of another customer does not exist for this run."""
 
+import re
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -9,13 +10,38 @@ from typing import Annotated, Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from approvals import locks, selectors
 from approvals.models import FollowupRequest, Order, OrderStatus, Refund
 from runs.tools import Policy, Tool, ToolCancelled, ToolContext, ToolError, tool_register
 
 ORDER_NUMBER = r"^ORD-\d{1,12}$"
+# An amount of money as people write it in a form or a model in JSON: ASCII digits, an
+# optional dot and at most two decimals (the shop's currencies have two). Nothing else: no
+# sign, exponent, underscore, blank or other script's digits.
+PLAIN_AMOUNT = re.compile(r"[0-9]{1,8}(\.[0-9]{1,2})?")
+CENT = Decimal("0.01")
+
+
+def plain_amount(value: Any) -> Decimal:
+    """The amount `value` spells, to the cent ("5" is 5.00); ValueError unless it is plainly
+    written. A JSON number counts as written the way JSON spells it."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
+        raise ValueError("an amount like 49.90")
+    text = (
+        value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+    )
+    if not PLAIN_AMOUNT.fullmatch(text):
+        raise ValueError("an amount like 49.90: digits, then at most two decimals after a dot")
+    return Decimal(text).quantize(CENT)
+
+
+Amount = Annotated[
+    Decimal,
+    BeforeValidator(plain_amount),
+    Field(gt=0, max_digits=10, decimal_places=2, description="e.g. 49.90"),
+]
 
 
 class _Args(BaseModel):
@@ -67,7 +93,7 @@ class FollowupArgs(_Args):
 
 class IssueRefundArgs(_Args):
     order_id: str = Field(pattern=ORDER_NUMBER)
-    amount: Decimal = Field(gt=0, max_digits=10, decimal_places=2, description="e.g. 49.90")
+    amount: Amount
     reason: str = Field(min_length=1, max_length=500)
 
 

@@ -220,10 +220,27 @@ class RunEvent(models.Model):
 
 
 class AttemptStatus(models.TextChoices):
+    """What became of one model call. Every attempt counts against the run's model calls
+    (`AgentRun.model_calls`), whatever became of it.
+
+    STARTED: recorded before the call is sent; in flight, or its worker was lost.
+    RESPONDED: the answer came, with its usage and latency. So too when the run was stopped,
+    taken over or lost (its lease expired, its access revoked) while the model answered: the
+    attempt records what the call cost, and nothing else of the answer is committed.
+    FAILED: the model answered with an error, or not in time.
+    ABANDONED: the worker gave the call up before its answer came, because the run was
+    stopped, taken over or lost meanwhile; its usage is not known.
+    UNKNOWN: a new lease holder found the attempt still STARTED; it may have reached the
+    model, and the model is asked again.
+
+    An attempt leaves STARTED once, by a conditional UPDATE: the first outcome recorded stays.
+    """
+
     STARTED = "STARTED"
     RESPONDED = "RESPONDED"
     UNKNOWN = "UNKNOWN"
     FAILED = "FAILED"
+    ABANDONED = "ABANDONED"
 
 
 class ModelAttempt(models.Model):

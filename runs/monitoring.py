@@ -14,6 +14,9 @@ from runs.models import FINISHED_STATUSES, AgentRun, AttemptStatus, ModelAttempt
 RECENT_ROWS = 500
 QUANTILES = (0.5, 0.95)
 PROCESS_FRESH = timedelta(seconds=10)
+# Attempts whose finish is when their call ended: an abandoned call was cut short, and an
+# UNKNOWN one finished when a new lease holder found it.
+CALLS_THAT_ENDED = (AttemptStatus.RESPONDED, AttemptStatus.FAILED)
 
 
 def quantiles(name: str, documentation: str, values: list[float]) -> GaugeMetricFamily:
@@ -74,7 +77,8 @@ class RunsCollector:
     def _attempts_by_outcome(self) -> GaugeMetricFamily:
         family = GaugeMetricFamily(
             "agentportal_model_attempts",
-            "Model calls recorded, by outcome (STARTED: in flight or its worker was lost).",
+            "Model calls recorded, by outcome (STARTED: in flight or its worker was lost;"
+            " ABANDONED: given up when its run was stopped or lost).",
             labels=["outcome"],
         )
         counts = dict(
@@ -87,7 +91,7 @@ class RunsCollector:
     def _latencies(self) -> Iterator[GaugeMetricFamily]:
         recent = list(
             ModelAttempt.objects.order_by("-pk").values_list(
-                "step", "attempt", "created_at", "finished_at", "run__created_at"
+                "step", "attempt", "created_at", "finished_at", "run__created_at", "status"
             )[:RECENT_ROWS]
         )
         yield quantiles(
@@ -95,7 +99,7 @@ class RunsCollector:
             f"From a run's queueing to its first claim, over the last {RECENT_ROWS} model calls.",
             [
                 (claimed - queued).total_seconds()
-                for step, attempt, claimed, _finished, queued in recent
+                for step, attempt, claimed, _finished, queued, _status in recent
                 if step == 0 and attempt == 1
             ],
         )
@@ -105,7 +109,7 @@ class RunsCollector:
             f"{RECENT_ROWS} model calls.",
             [
                 (finished - started).total_seconds()
-                for _step, _attempt, started, finished, _queued in recent
-                if finished is not None
+                for _step, _attempt, started, finished, _queued, status in recent
+                if status in CALLS_THAT_ENDED
             ],
         )

@@ -9,11 +9,12 @@ from collections.abc import Generator
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from pydantic import ValidationError
 
 from agentportal.logs import about
 from agentportal.problems import pydantic_errors
-from runs import extensions
+from runs import extensions, services
 from runs.deltas import DeltaPublisher
 from runs.llm import ModelError, ModelResponse, model_client_for
 from runs.models import (
@@ -73,6 +74,9 @@ def model_step(run: AgentRun, lease: Lease) -> Step:
             response = client.complete(messages=run.messages, tools=schemas)
     except ModelError as error:
         return (yield _model_failed(run, lease, str(error), started))
+    except RunAbandoned as abandoned:
+        _model_abandoned(run, lease, str(abandoned), started)
+        raise
     latency_ms = int((time.monotonic() - started) * 1000)
     run = yield _model_commit(response, latency_ms)
     if run.next_node == Node.TOOLS:
@@ -123,6 +127,23 @@ def _model_failed(run: AgentRun, lease: Lease, error: str, started: float) -> St
             f"The model failed {lease.attempt_no} times: {error[:500]}",
         )
     return commit
+
+
+def _model_abandoned(run: AgentRun, lease: Lease, reason: str, started: float) -> None:
+    """The run was stopped or lost while the model answered and the call is given up: its
+    attempt says so, and nothing else of the run is written."""
+    if lease.attempt_id is None:
+        return
+    try:
+        services.model_attempt_finish(
+            attempt_id=lease.attempt_id,
+            status=AttemptStatus.ABANDONED,
+            latency_ms=int((time.monotonic() - started) * 1000),
+            error=reason[:2000],
+        )
+    except DatabaseError:
+        # The run is dropped all the same; a new lease holder would find the attempt STARTED.
+        logger.exception("could not record model attempt %s as abandoned", lease.attempt_id)
 
 
 # --- the tools node ------------------------------------------------------------------------

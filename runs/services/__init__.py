@@ -71,6 +71,7 @@ from runs.services.scheduling import runs_claim
 from runs.services.steps import (
     StepCommit,
     database_error_transient,
+    model_attempt_finish,
     run_update_guarded,
     runs_step_commit,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "leases_renew",
     "maintain",
     "membership_lock",
+    "model_attempt_finish",
     "open_runs_check",
     "parked_expire",
     "process_name",

@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
 
 from agentportal.models import Membership, Merchant
-from runs.models import AgentRun, ModelAttempt, RunStatus
+from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunStatus
 
 
 def _quoted(name: str) -> str:
@@ -279,8 +279,10 @@ GUARDED_UPDATE_SQL = (
     f" WHERE {held_by_sql()} AND {_run('version')} = %s AND {access_sql(RUNS)}"
 )
 
+# An attempt's outcome is recorded once: only a STARTED attempt takes one.
 ATTEMPT_FINISH_SQL = (
     f"UPDATE {ATTEMPTS} SET {{assignments}} WHERE {_column(ModelAttempt, 'id')} = %s"
+    f" AND {_column(ModelAttempt, 'status')} = {_value(AttemptStatus.STARTED)}"
 )
 
 

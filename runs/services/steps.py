@@ -1,15 +1,24 @@
 """Committing the steps of the runs a worker holds: each run's writes guarded by its own
 conditional UPDATE (the one guard against stale writers), all of a round's in one transaction."""
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from runs import locks
-from runs.models import AgentRun, ErrorCode, ModelAttempt, Node, RunStatus, ToolExecution
+from runs.models import (
+    AgentRun,
+    AttemptStatus,
+    ErrorCode,
+    ModelAttempt,
+    Node,
+    RunStatus,
+    ToolExecution,
+)
 from runs.services.changes import RunChange, run_changes_write
 from runs.services.leases import Lease, lease_expires_at, why_lost
 from runs.services.queueing import tick_enqueue
@@ -20,6 +29,8 @@ from runs.services.statements import (
     assignments,
     held_by_params,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -76,7 +87,9 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
     Each run's writes are guarded by its own conditional UPDATE (run_update_guarded): a run
     its worker lost, or whose access was revoked, commits nothing while the others commit.
     When the next node is the model, its STARTED attempt is recorded in the same commit, so
-    the following model call costs no commit of its own. If writing one run's step fails, the
+    the following model call costs no commit of its own. A step its worker lost still records
+    how its model call went, on the attempt alone (model_attempt_finish): the call cost what
+    it cost, whoever holds the run now. If writing one run's step fails, the
     transaction is rolled back and every step is committed again on its own, so that the
     failure stays that run's; a transient database error is every step's outcome instead.
     """
@@ -100,8 +113,53 @@ def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | E
             outcomes[index] = runs_step_commit([(step.lease, step.commit)])[0] if alone else error
         return outcomes
     for index, step, _copy in changes:
-        outcomes[index] = step.lease.run if step.held else why_lost(step.lease)
+        if step.held:
+            outcomes[index] = step.lease.run
+        else:
+            _attempt_finish_unheld(step)
+            outcomes[index] = why_lost(step.lease)
     return outcomes
+
+
+def model_attempt_finish(
+    *,
+    attempt_id: int,
+    status: str,
+    usage: dict[str, int] | None = None,
+    latency_ms: int | None = None,
+    error: str = "",
+) -> bool:
+    """Record how a model call went on its attempt alone, without the run's lease: what a
+    worker that lost the run while the model answered (stopped, taken over, its lease expired)
+    still records. Nothing else of the run changes. Decided by a conditional UPDATE on a
+    STARTED attempt: the first outcome recorded stays, and an attempt a new lease holder
+    already marked UNKNOWN stays so. True when this call recorded it."""
+    with transaction.atomic():
+        finished = ModelAttempt.objects.filter(pk=attempt_id, status=AttemptStatus.STARTED).update(
+            status=status,
+            usage=usage or {},
+            latency_ms=latency_ms,
+            error=error,
+            finished_at=timezone.now(),
+        )
+    return finished == 1
+
+
+def _attempt_finish_unheld(step: _StepChange) -> None:
+    commit, lease = step.commit, step.lease
+    if commit.attempt_status is None or lease.attempt_id is None:
+        return
+    try:
+        model_attempt_finish(
+            attempt_id=lease.attempt_id,
+            status=commit.attempt_status,
+            usage=commit.attempt_usage,
+            latency_ms=commit.attempt_latency_ms,
+            error=commit.attempt_error,
+        )
+    except DatabaseError:
+        # The run is lost either way: the other runs' steps go on.
+        logger.exception("could not record model attempt %s of a lost run", lease.attempt_id)
 
 
 # What a database error that comes and goes looks like: PostgreSQL's SQLSTATE classes for a

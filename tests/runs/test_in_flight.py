@@ -106,7 +106,9 @@ def test_stop_among_two_hundred_calls_in_flight_commits_nothing_of_the_late_answ
     assert _statuses(others) == {RunStatus.COMPLETED}
     types = list(RunEvent.objects.filter(run_id=stopped).values_list("type", flat=True))
     assert "model.responded" not in types and types[-1] == "run.cancelled"
-    assert not ModelAttempt.objects.filter(run_id=stopped, status=AttemptStatus.RESPONDED)
+    # its call was given up (or answered just before the worker noticed): never left STARTED
+    [outcome] = ModelAttempt.objects.filter(run_id=stopped).values_list("status", flat=True)
+    assert outcome in (AttemptStatus.ABANDONED, AttemptStatus.RESPONDED)
 
 
 @pytest.mark.usefixtures("many_open_runs")

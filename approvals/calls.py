@@ -316,11 +316,12 @@ def approval_execute(
     context: ToolContext,
     step: int,
 ) -> tuple[str, dict[str, Any]]:
-    """Run an approved call: the side effect, EXECUTED and the ToolExecution commit together,
-    in a transaction that first proves, under the run's lock, that the worker still holds the
-    run. Once a cancel, /stop or takeover has committed, its run-end closed the call and this
-    raises LostRun: no side effect happens for that run, ever. Safe to call twice: the second
-    call changes nothing.
+    """Run an approved call: the side effect, its outcome and the ToolExecution commit
+    together, in a transaction that first proves, under the run's lock, that the worker still
+    holds the run. Once a cancel, /stop or takeover has committed, its run-end closed the call
+    and this raises LostRun: no side effect happens for that run, ever. A tool that refuses
+    leaves the call FAILED with its reason, never EXECUTED, and a customer who was emailed
+    the decision is emailed the refusal. Safe to call twice: the second call changes nothing.
     """
     with transaction.atomic():
         run = run_lock(approval.run_id)
@@ -330,18 +331,24 @@ def approval_execute(
         done = ToolExecution.objects.filter(idempotency_key=context.idempotency_key).first()
         if done is not None:
             return done.status, done.result
-        transition_check(approval.status, ApprovalStatus.EXECUTED)
+        executed_args = args.model_dump(mode="json")
         try:
             result = tool.executor(args, context)
-            status = ToolStatus.SUCCEEDED
+            status, outcome = ToolStatus.SUCCEEDED, ApprovalStatus.EXECUTED
         except ToolError as error:
-            result, status = {"status": "failed", "error": str(error)}, ToolStatus.FAILED
-        executed_args = args.model_dump(mode="json")
+            # The arguments tried go with the refusal: the model may not know of a revision.
+            result = {"status": "failed", "error": str(error), "tool_args": executed_args}
+            status, outcome = ToolStatus.FAILED, ApprovalStatus.FAILED
+        transition_check(approval.status, outcome)
         moved = Approval.objects.filter(
             pk=approval.pk, status=ApprovalStatus.APPROVED_EXECUTING
-        ).update(status=ApprovalStatus.EXECUTED, executed_args=executed_args, result=result)
+        ).update(
+            status=outcome, executed_args=executed_args, result=result, updated_at=timezone.now()
+        )
         if moved != 1:
             raise transaction.TransactionManagementError("approval changed under its lock")
+        if outcome == ApprovalStatus.FAILED and not approval.decided_by_policy:
+            notifications.approval_decided_notify(approval_id=approval.pk)
         run_services.tool_execution_record_locked(
             run,
             step=step,
@@ -354,9 +361,9 @@ def approval_execute(
         snapshot = snapshot_parse(run.state_snapshot)
         call = snapshot_call(snapshot, approval.interrupt_id)
         if call is not None:
-            executed = call_moved(call, CallStatus.EXECUTED, result=result)
+            final = call_moved(call, outcome.value, result=result)
             run_services.run_snapshot_save_locked(
-                run, state_snapshot=call_replaced(run, snapshot, executed)
+                run, state_snapshot=call_replaced(run, snapshot, final)
             )
     return status, result
 

@@ -37,9 +37,12 @@ def call_described(approval: Approval, currency: str) -> str:
 
 def decision_told(approval: Approval, currency: str, shop: str) -> str | None:
     """What a person of the shop decided about the call, when the customer must hear it from
-    us: a changed amount, a refusal, nobody in time; None while nothing was decided, or when
-    it went ahead as asked (the assistant's answer says so)."""
+    us: a changed amount, a refusal, nobody in time, an approval the tool then refused; None
+    while nothing was decided, or when it went ahead as asked (the assistant's answer says
+    so). Nothing here says money moved unless the call executed."""
     what = call_described(approval, currency)
+    if approval.status == ApprovalStatus.FAILED:
+        return _refusal_told(approval, currency, shop)
     if approval.status == ApprovalStatus.REJECTED:
         return f"{shop} declined {what}{_because(approval.reason)}"
     if approval.status == ApprovalStatus.EXPIRED:
@@ -69,6 +72,32 @@ def _revision_told(approval: Approval, currency: str, shop: str) -> str | None:
     )
 
 
+def _tried(approval: Approval) -> dict[str, Any]:
+    """The arguments the call was carried out with, or would have been."""
+    return approval.executed_args or approval.approved_args or approval.proposed_args
+
+
+def _refusal_told(approval: Approval, currency: str, shop: str) -> str:
+    """An approved call the tool refused when it was carried out: nothing was done, and why."""
+    because = _because(str((approval.result or {}).get("error", "")))
+    if approval.tool_name != "issue_refund":
+        what = _capitalized(call_described(approval, currency))
+        return f"{what} could not be carried out{because}"
+    asked = approval.proposed_args.get("amount")
+    tried = _tried(approval).get("amount")
+    number = approval.proposed_args.get("order_id")
+    if money(asked, "") != money(tried, ""):
+        return (
+            f"{shop} approved {money(tried, currency)} instead of {money(asked, currency)} for "
+            f"{number}, but the refund could not be made{because}"
+        )
+    return f"Your refund of {money(tried, currency)} for {number} could not be made{because}"
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _because(reason: str) -> str:
     """`: <reason>.` ending the sentence that names a decision, or just its full stop."""
     reason = reason.strip()
@@ -81,6 +110,12 @@ def decision_email(approval: Approval, currency: str, shop: str) -> tuple[str, s
     """The subject and the first lines of the email that tells the customer a decision."""
     what = call_described(approval, currency)
     told = decision_told(approval, currency, shop)
+    if approval.status == ApprovalStatus.FAILED:
+        if approval.tool_name != "issue_refund":
+            return f"{_capitalized(what)} could not be carried out", told
+        tried = money(_tried(approval).get("amount"), currency)
+        number = approval.proposed_args.get("order_id")
+        return f"Your refund of {tried} for {number} could not be made", told
     if approval.status == ApprovalStatus.REJECTED:
         return f"{shop} declined {what}", told
     if approval.status == ApprovalStatus.EXPIRED:

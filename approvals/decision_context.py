@@ -25,11 +25,12 @@ from runs import selectors as run_selectors
 
 TOOL_LABELS = {"issue_refund": "Refund"}
 ARGUMENT_LABELS = {"order_id": "Order", "amount": "Amount", "reason": "Reason"}
-# What became of a refund the agent asked for, as a supervisor says it.
+# What became of a refund the agent asked for and the ledger has not paid, as a supervisor
+# says it: only the ledger's refunds are listed as paid.
 REFUND_OUTCOMES = {
     ApprovalStatus.PENDING_APPROVAL: "waiting for a decision",
     ApprovalStatus.APPROVED_EXECUTING: "approved, not paid yet",
-    ApprovalStatus.EXECUTED: "paid",
+    ApprovalStatus.FAILED: "refused when carried out, not paid",
     ApprovalStatus.REJECTED: "rejected",
     ApprovalStatus.EXPIRED: "expired, not paid",
     ApprovalStatus.CANCELLED: "cancelled, not paid",
@@ -222,14 +223,14 @@ def _earlier_refunds(order: Order, approval: Approval) -> tuple[list[dict], list
     for call in selectors.order_refund_calls(order).exclude(pk=approval.pk):
         if call.tool_execution_key in paid_keys:
             continue  # listed as paid, from the ledger
-        amount = _amount(call.approved_args or call.proposed_args)
+        amount = _amount(call.executed_args or call.approved_args or call.proposed_args)
         if call.status in OPEN_REFUNDS and amount is not None:
             open_amounts.append(amount)
         rows.append(
             {
                 "amount": money(amount, order.currency),
                 "at": call.created_at,
-                "status": REFUND_OUTCOMES.get(call.status, call.status.lower()),
+                "status": REFUND_OUTCOMES.get(call.status, "not paid"),
             }
         )
     rows.sort(key=lambda row: row["at"])
@@ -320,6 +321,7 @@ CALL_STATES = {
     ApprovalStatus.PENDING_APPROVAL: "waiting for a decision",
     ApprovalStatus.APPROVED_EXECUTING: "approved, about to be carried out",
     ApprovalStatus.EXECUTED: "carried out",
+    ApprovalStatus.FAILED: "refused when carried out: nothing was done",
     ApprovalStatus.REJECTED: "rejected",
     ApprovalStatus.EXPIRED: "expired: nobody decided in time",
     ApprovalStatus.CANCELLED: "cancelled with the request",

@@ -90,6 +90,8 @@ class ApprovalStatus(models.TextChoices):
     PENDING_APPROVAL = "PENDING_APPROVAL"
     APPROVED_EXECUTING = "APPROVED_EXECUTING"
     EXECUTED = "EXECUTED"
+    # Carried out, and the tool refused: nothing was done; the tool's reason is the result.
+    FAILED = "FAILED", "Failed: the tool refused"
     REJECTED = "REJECTED"
     EXPIRED = "EXPIRED"
     CANCELLED = "CANCELLED"

@@ -25,6 +25,20 @@ class ApprovalsCollector:
         for shop, count in counts:
             pending.add_metric([shop], count)
         yield pending
+        refused = GaugeMetricFamily(
+            "agentportal_approvals_refused",
+            "Approved tool calls the tool refused when they were carried out, by shop.",
+            labels=["shop"],
+        )
+        counts = (
+            Approval.objects.filter(status=ApprovalStatus.FAILED)
+            .values_list("merchant__slug")
+            .annotate(count=Count("pk"))
+            .order_by()
+        )
+        for shop, count in counts:
+            refused.add_metric([shop], count)
+        yield refused
         decided = Approval.objects.filter(decided_at__isnull=False).order_by("-pk")
         yield quantiles(
             "agentportal_decision_seconds",

@@ -23,7 +23,13 @@ from agentportal.models import Merchant, Role
 from agentportal.selectors import supervisor_memberships
 from agentportal.webhooks import UnsafeWebhookUrl, signature, webhook_url_check
 from approvals import customer_words
-from approvals.models import Approval, CustomerEmail, DeliveryStatus, WebhookDelivery
+from approvals.models import (
+    Approval,
+    ApprovalStatus,
+    CustomerEmail,
+    DeliveryStatus,
+    WebhookDelivery,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -129,16 +135,18 @@ def plan_waits_for_supervisor_notify(
 
 def approval_decided_notify(*, approval_id: int) -> None:
     """Queue the email that tells the customer how their call was decided: approved, changed,
-    declined, or not decided in time. Call inside the transaction that records it; the same
-    decision is never written twice (the row's key)."""
+    declined, or not decided in time; and, in a second email, an approved call the tool then
+    refused. Call inside the transaction that records it; the same news is never written
+    twice (the row's key)."""
     approval = Approval.objects.select_related("merchant", "run__account").get(pk=approval_id)
     customer = approval.run.account
     if not customer.email:
         return
     currency = customer_words.currency_of(approval, customer_words.currencies_of([approval]))
     subject, news = customer_words.decision_email(approval, currency, approval.merchant.name)
+    news_of = "refused" if approval.status == ApprovalStatus.FAILED else "decision"
     CustomerEmail.objects.get_or_create(
-        key=f"decision:{approval.interrupt_id}",
+        key=f"{news_of}:{approval.interrupt_id}",
         defaults={
             "merchant": approval.merchant,
             "recipient": customer,
@@ -171,10 +179,15 @@ def customer_emails_wake() -> int:
 
 
 def customer_emails_send_due(*, limit: int = 100) -> int:
-    """Send every due customer email once; safe to run concurrently and twice."""
-    due = CustomerEmail.objects.filter(
-        status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now()
-    ).values_list("pk", flat=True)
+    """Send every due customer email once, oldest first (news that corrects earlier news
+    comes after it); safe to run concurrently and twice."""
+    due = (
+        CustomerEmail.objects.filter(
+            status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now()
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     return sum(customer_email_send(email_id=pk) for pk in list(due[:limit]))
 
 

@@ -25,6 +25,8 @@ from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus, ToolExecution
 from runs.snapshot import CallStatus, SnapshotError, snapshot_parse
 
 OPEN_APPROVAL_STATUSES = (ApprovalStatus.PENDING_APPROVAL, ApprovalStatus.APPROVED_EXECUTING)
+# Final once carried out: executed, or refused by the tool.
+CARRIED_OUT_STATUSES = (ApprovalStatus.EXECUTED, ApprovalStatus.FAILED)
 
 
 def run_end_cause(run: AgentRun) -> str:
@@ -50,11 +52,11 @@ def approvals_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str,
         return []
     calls = list(
         Approval.objects.filter(
-            run_id=run.pk, status__in=[*OPEN_APPROVAL_STATUSES, ApprovalStatus.EXECUTED]
+            run_id=run.pk, status__in=[*OPEN_APPROVAL_STATUSES, *CARRIED_OUT_STATUSES]
         ).order_by("pk")
     )
     open_calls = [call for call in calls if call.status in OPEN_APPROVAL_STATUSES]
-    events = _executed_unreported(run, [call for call in calls if call not in open_calls])
+    events = _carried_out_unreported(run, [call for call in calls if call not in open_calls])
     if not open_calls:
         return events
     cause = run_end_cause(run)
@@ -82,10 +84,10 @@ def approvals_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str,
     return events
 
 
-def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[str, dict]]:
-    """Calls that executed before the run ended but whose result never reached the run's
-    timeline (the run was stopped between the two commits): say that they did happen."""
-    if not executed:
+def _carried_out_unreported(run: AgentRun, calls: list[Approval]) -> list[tuple[str, dict]]:
+    """Calls carried out before the run ended but whose result never reached the run's
+    timeline (the run was stopped between the two commits): say what came of them."""
+    if not calls:
         return []
     reported = set(
         RunEvent.objects.filter(run_id=run.pk, type="tool.result").values_list(
@@ -93,19 +95,24 @@ def _executed_unreported(run: AgentRun, executed: list[Approval]) -> list[tuple[
         )
     )
     return [
-        (
-            "approval.executed",
-            {
-                "interrupt_id": approval.interrupt_id,
-                "tool_name": approval.tool_name,
-                "result": approval.result,
-                "notice": f"The {call_name(approval.tool_name)} was "
-                "carried out before the request ended.",
-            },
-        )
-        for approval in executed
+        _carried_out_event(approval)
+        for approval in calls
         if approval.tool_execution_key not in reported
     ]
+
+
+def _carried_out_event(approval: Approval) -> tuple[str, dict]:
+    data = {
+        "interrupt_id": approval.interrupt_id,
+        "tool_name": approval.tool_name,
+        "result": approval.result,
+    }
+    if approval.status == ApprovalStatus.FAILED:
+        # No notice: the customer hears of the refusal from the call's own account
+        # (customer_words.decision_told), once.
+        return ("approval.failed", data)
+    notice = f"The {call_name(approval.tool_name)} was carried out before the request ended."
+    return ("approval.executed", {**data, "notice": notice})
 
 
 def _cancelled_event(approval: Approval, cause: str) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def after_sales_script(
                 "issue_refund",
                 {"order_id": order_id, "amount": str(amount), "reason": "customer request"},
             )
-        return _refund_answer(order_id, turn.results["issue_refund"])
+        return _refund_answer(order_id, turn.results["issue_refund"], order.get("currency"))
 
     size = SIZE.search(turn.text)
     if "exchange" in text and size and order.get("items"):
@@ -147,7 +147,7 @@ def _money(amount, result: dict) -> str:
     return f"{amount} {currency}" if currency else str(amount)
 
 
-def _refund_answer(order_id: str, result: dict) -> str:
+def _refund_answer(order_id: str, result: dict, currency: str | None = None) -> str:
     status = result.get("status")
     if status == "executed":
         return (
@@ -163,6 +163,13 @@ def _refund_answer(order_id: str, result: dict) -> str:
         return (
             f"Nobody could approve the refund for order {order_id} in time, so nothing was "
             "refunded. Please ask again and we will take another look."
+        )
+    if status == "failed" and (result.get("tool_args") or {}).get("amount"):
+        # Approved, then refused by the refund itself: with the amount it was approved at.
+        amount = _money(result["tool_args"]["amount"], {"currency": currency})
+        return (
+            f"The refund of {amount} for order {order_id} could not be made: "
+            f"{result.get('error')}. Nothing was paid."
         )
     return f"The refund for order {order_id} did not go through: {result.get('error', status)}."
 

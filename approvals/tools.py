@@ -213,8 +213,8 @@ def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
             order = locks.order_lock(order.pk)
             if args.amount > order.refundable:
                 raise ToolError(
-                    f"only {order.refundable} of {order.number} is left to refund, "
-                    f"not {args.amount}"
+                    f"only {order.refundable} {order.currency} of {order.number} is left to "
+                    f"refund, not {args.amount} {order.currency}"
                 )
             # The new total computed here, in decimals: SQLite would add in floating point and
             # the next refund's conditional UPDATE would no longer match the stored total.

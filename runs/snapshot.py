@@ -16,12 +16,14 @@ class CallStatus:
     PENDING_APPROVAL = "PENDING_APPROVAL"
     APPROVED_EXECUTING = "APPROVED_EXECUTING"
     EXECUTED = "EXECUTED"
+    # Executed, and the tool refused: nothing was done, its reason is the call's result.
+    FAILED = "FAILED"
     REJECTED = "REJECTED"
     EXPIRED = "EXPIRED"
     CANCELLED = "CANCELLED"
 
-    ALL = (PENDING_APPROVAL, APPROVED_EXECUTING, EXECUTED, REJECTED, EXPIRED, CANCELLED)
-    DECIDED = (APPROVED_EXECUTING, EXECUTED, REJECTED)
+    ALL = (PENDING_APPROVAL, APPROVED_EXECUTING, EXECUTED, FAILED, REJECTED, EXPIRED, CANCELLED)
+    DECIDED = (APPROVED_EXECUTING, EXECUTED, FAILED, REJECTED)
 
 
 # Nothing else: an illegal transition is an error, never silently repaired.
@@ -32,8 +34,9 @@ TRANSITIONS = {
         CallStatus.EXPIRED,
         CallStatus.CANCELLED,
     },
-    # Cancelled: its run ended before it executed (DESIGN 6.1's run-end rule).
-    CallStatus.APPROVED_EXECUTING: {CallStatus.EXECUTED, CallStatus.CANCELLED},
+    # Failed: the tool refused when it executed. Cancelled: its run ended before it executed
+    # (DESIGN 6.1's run-end rule).
+    CallStatus.APPROVED_EXECUTING: {CallStatus.EXECUTED, CallStatus.FAILED, CallStatus.CANCELLED},
 }
 
 
@@ -55,7 +58,13 @@ class PendingToolCall(_Strict):
     tool_name: str
     tool_args: dict[str, Any]
     status: Literal[
-        "PENDING_APPROVAL", "APPROVED_EXECUTING", "EXECUTED", "REJECTED", "EXPIRED", "CANCELLED"
+        "PENDING_APPROVAL",
+        "APPROVED_EXECUTING",
+        "EXECUTED",
+        "FAILED",
+        "REJECTED",
+        "EXPIRED",
+        "CANCELLED",
     ]
     expires_at: AwareDatetime
     decision: Literal["approve", "reject", "revise"] | None

@@ -46,6 +46,9 @@ def _model_responded(data: dict) -> str:
 def _tool_result(data: dict) -> str:
     status = str(data.get("status", "")).lower()
     result = data.get("result")
+    if status == "failed" and isinstance(result, dict) and result.get("error"):
+        # Why it failed is the news; what else the result holds is in the admin.
+        return f"{data.get('tool', 'The tool')} failed: {_shortened(str(result['error']))}"
     answer = f": {_shortened(_value(result))}" if result not in (None, {}, "") else ""
     return f"{data.get('tool', 'The tool')} {status}{answer}"
 
@@ -103,6 +106,10 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
     "approval.requested": _approval_requested,
     "approval.approval_given": _approval_given,
     "approval.escalated": _approval_escalated,
+    "approval.failed": lambda data: (
+        f"{data.get('tool_name')} failed when carried out: "
+        f"{_shortened(str((data.get('result') or {}).get('error', '')))}"
+    ),
     "message.assistant": lambda data: f"Answered: “{_shortened(data.get('text', ''))}”",
     "run.completed": lambda data: "Completed",
     "run.failed": lambda data: f"Failed ({data.get('error_code')}): {data.get('detail', '')}",

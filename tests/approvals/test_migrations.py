@@ -1,0 +1,73 @@
+"""Data migrations keep what approvals already stored honest."""
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE = [("approvals", "0008_approval_policies")]
+
+
+def _migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def _call(interrupt_id: str, result: dict) -> dict:
+    now = timezone.now().isoformat()
+    return {
+        "interrupt_id": interrupt_id,
+        "tool_name": "issue_refund",
+        "tool_args": {"order_id": "ORD-1", "amount": "5.00", "reason": "r"},
+        "status": "EXECUTED",
+        "expires_at": now,
+        "decision": "approve",
+        "result": result,
+        "updated_at": now,
+    }
+
+
+def test_a_refusal_stored_as_executed_becomes_failed_in_its_approval_and_its_snapshot():
+    # given two calls of one turn stored before the upgrade: one paid, one the tool refused
+    old = _migrate(BEFORE)
+    shop = old.get_model("agentportal", "Merchant").objects.create(slug="old", name="Old")
+    alice = old.get_model("auth", "User").objects.create(username="old-alice")
+    paid = {"status": "executed", "amount": "5.00"}
+    refused = {"status": "failed", "error": "only 1.00 of ORD-1 is left to refund, not 5.00"}
+    run = old.get_model("runs", "AgentRun").objects.create(
+        merchant=shop,
+        account=alice,
+        state_snapshot={
+            "version": 3,
+            "pending_tool_calls": [_call("int-paid", paid), _call("int-refused", refused)],
+            "run_context": {"thread_id": "t", "run_id": "r"},
+        },
+    )
+    Approval = old.get_model("approvals", "Approval")
+    for interrupt_id, result in (("int-paid", paid), ("int-refused", refused)):
+        Approval.objects.create(
+            interrupt_id=interrupt_id,
+            run=run,
+            merchant=shop,
+            tool_name="issue_refund",
+            tool_execution_key=f"agent:{run.pk}:1:{interrupt_id}",
+            proposed_args={},
+            status="EXECUTED",
+            result=result,
+            expires_at=timezone.now(),
+        )
+
+    # when the project is migrated to its latest state
+    new = _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    # then the refused call is FAILED in both records; the paid one is left as it was
+    statuses = dict(
+        new.get_model("approvals", "Approval").objects.values_list("interrupt_id", "status")
+    )
+    assert statuses == {"int-paid": "EXECUTED", "int-refused": "FAILED"}
+    snapshot = new.get_model("runs", "AgentRun").objects.get(pk=run.pk).state_snapshot
+    assert [call["status"] for call in snapshot["pending_tool_calls"]] == ["EXECUTED", "FAILED"]

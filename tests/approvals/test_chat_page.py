@@ -252,3 +252,22 @@ def test_a_slow_step_says_what_the_assistant_is_doing(demo, settings):
     answered = _chat(alice)
     assert "Checking warehouse stock…" not in answered
     assert "in stock" in answered
+
+
+def test_two_refunds_that_wait_together_are_both_named(demo):
+    # given alice asks for two refunds in one message, and both wait for the shop
+    alice = _signed_in("alice")
+    asked = "I want a refund for ORD-1001 amount 20 and ORD-1003 amount 30"
+    alice.post("/portal/chat/", {"text": asked})
+    worker.tick()
+    assert Approval.objects.filter(status="PENDING_APPROVAL").count() == 2
+
+    # when she looks at her chat
+    page = _chat(alice)
+
+    # then both are named, in the order she asked for them
+    assert (
+        "Your refunds of 20.00 EUR for ORD-1001 and 30.00 EUR for ORD-1003 are waiting for a "
+        "person at Demo Shop to decide" in page
+    )
+    assert _internals_in(page) == []

@@ -122,15 +122,16 @@ def plan_lines(order: Order, items: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-# Where a request stands, as the customer's list of requests and /status say it.
+# Where a request stands, as the customer's list of requests and /status say it: each reads
+# alone and after "Your request is".
 RUN_STANDING = {
     RunStatus.QUEUED: "sent, waiting its turn",
     RunStatus.RUNNING: "being answered",
-    RunStatus.WAITING_USER: "waiting for you",
+    RunStatus.WAITING_USER: "waiting for your answer",
     RunStatus.WAITING_APPROVAL: "waiting for a person of the shop",
-    RunStatus.PARKED: "a person of the shop is looking into it",
+    RunStatus.PARKED: "being looked into by a person of the shop",
     RunStatus.COMPLETED: "answered",
-    RunStatus.FAILED: "could not be completed",
+    RunStatus.FAILED: "not completed: something went wrong on our side",
     RunStatus.CANCELLED: "stopped",
 }
 

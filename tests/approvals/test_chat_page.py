@@ -14,6 +14,7 @@ from approvals import services
 from approvals.models import Approval
 from runs import worker
 from runs.models import AgentRun, RunStatus
+from tests import factories
 
 INTERNAL_WORDS = (
     "WAITING_APPROVAL",
@@ -34,6 +35,10 @@ def _signed_in(username: str) -> Client:
     client = Client()
     client.force_login(User.objects.get(username=username))
     return client
+
+
+def _user(username: str) -> User:
+    return User.objects.get(username=username)
 
 
 def _chat(client: Client) -> str:
@@ -270,4 +275,71 @@ def test_two_refunds_that_wait_together_are_both_named(demo):
         "Your refunds of 20.00 EUR for ORD-1001 and 30.00 EUR for ORD-1003 are waiting for a "
         "person at Demo Shop to decide" in page
     )
+    assert _internals_in(page) == []
+
+
+def test_status_while_the_assistant_asks_her_says_it_waits_for_her_answer(demo):
+    # given the assistant asked alice which order she means
+    alice = _signed_in("alice")
+    alice.post("/portal/chat/", {"text": "I want my money back"})
+    worker.tick()
+
+    # when she asks for the status
+    status = alice.post("/portal/chat/", {"text": "/status"}, follow=True).text
+
+    # then
+    assert "Your request is waiting for your answer." in status
+    assert "waiting for you." not in status
+
+
+@pytest.mark.parametrize(
+    ("status", "told"),
+    [
+        (RunStatus.QUEUED, "Your request is sent, waiting its turn."),
+        (RunStatus.RUNNING, "Your request is being answered."),
+        (RunStatus.WAITING_USER, "Your request is waiting for your answer."),
+        (RunStatus.WAITING_APPROVAL, "Your request is waiting for a person of the shop."),
+        (RunStatus.PARKED, "Your request is being looked into by a person of the shop."),
+    ],
+)
+def test_status_says_where_an_open_request_stands_in_a_sentence(demo, status, told):
+    # given alice's request, standing at `status`
+    alice = _signed_in("alice")
+    alice.post("/portal/chat/", {"text": "What is the status of order ORD-1001?"})
+    AgentRun.objects.update(status=status)
+
+    # when she asks for the status
+    page = alice.post("/portal/chat/", {"text": "/status"}, follow=True).text
+
+    # then
+    assert told in page
+
+
+def test_every_request_says_where_it_stands_in_the_customers_words(demo):
+    # given one request of alice's at each status (each put there once all are asked)
+    alice = _signed_in("alice")
+    runs = {}
+    for status in RunStatus.values:
+        runs[status] = factories.run_queue(
+            customer=_user("alice"), merchant=demo, message=f"Question {len(runs) + 1}"
+        )
+        AgentRun.objects.filter(pk=runs[status].pk).update(status=RunStatus.COMPLETED)
+    for status, run in runs.items():
+        AgentRun.objects.filter(pk=run.pk).update(status=status)
+
+    # when she opens her earlier requests
+    page = alice.get("/portal/requests/").text
+
+    # then each says where it stands, and each reads after "Your request is"
+    for standing in (
+        "sent, waiting its turn",
+        "being answered",
+        "waiting for your answer",
+        "waiting for a person of the shop",
+        "being looked into by a person of the shop",
+        "answered",
+        "not completed: something went wrong on our side",
+        "stopped",
+    ):
+        assert f'<td data-label="Where it stands">{standing}</td>' in page
     assert _internals_in(page) == []

@@ -392,7 +392,7 @@ def chat_page(request):
     if request.method == "POST" and form.is_valid():
         text = form.cleaned_data["text"]
         try:
-            cancelled = _cancelled_by(conversation, text)
+            cancelled = _cancelled_by(conversation, principal, text)
             if cancelled and not form.cleaned_data["confirmed"]:
                 context = {**chat.chat_context(conversation), "form": form, "cancels": cancelled}
                 return render(request, "portal/chat.html", context)
@@ -420,10 +420,10 @@ def _chat_notice(request, notice: str, *, level: str = "info") -> HttpResponse:
     return render(request, "portal/_chat_notice.html", {"notice": notice, "level": level})
 
 
-def _cancelled_by(conversation: Conversation, text: str) -> list[str]:
+def _cancelled_by(conversation: Conversation, principal: Principal, text: str) -> list[str]:
     """What sending `text` would cancel that waits on people: /new ends the conversation and
     its runs, a refund or a plan waiting for a supervisor with them."""
-    parsed = commands.command_parse(text)
+    parsed = commands.command_parse(text, role=principal.role)
     if parsed is None or parsed[0].name != "/new":
         return []
     return selectors.waits_of_conversation(conversation=conversation)

@@ -343,3 +343,16 @@ def test_every_request_says_where_it_stands_in_the_customers_words(demo):
     ):
         assert f'<td data-label="Where it stands">{standing}</td>' in page
     assert _internals_in(page) == []
+
+
+def test_an_unknown_command_lists_only_the_commands_a_customer_may_use(demo):
+    # given alice in her chat
+    alice = _signed_in("alice")
+
+    # when she types a command that does not exist
+    page = alice.post("/portal/chat/", {"text": "/reboot"}).text
+
+    # then she is told hers, and not the shop's
+    assert "/reboot is not a command. Try one of /stop, /new, /reset, /switch, /status." in page
+    assert "/takeover" not in page and "/release" not in page
+    assert not AgentRun.objects.exists()

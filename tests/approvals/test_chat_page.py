@@ -356,3 +356,39 @@ def test_an_unknown_command_lists_only_the_commands_a_customer_may_use(demo):
     assert "/reboot is not a command. Try one of /stop, /new, /reset, /switch, /status." in page
     assert "/takeover" not in page and "/release" not in page
     assert not AgentRun.objects.exists()
+
+
+def test_a_message_over_the_limit_stays_in_the_box_with_the_error_beside_it(demo):
+    # given alice typed a message one character too long
+    alice = _signed_in("alice")
+    typed = "My order ORD-1001 " + "x" * (4001 - len("My order ORD-1001 "))
+
+    # when she sends it
+    response = alice.post("/portal/chat/", {"text": typed})
+
+    # then nothing is sent, the text is still in the box, and the box says what is wrong
+    assert response.status_code == 200
+    assert not AgentRun.objects.exists()
+    page = response.text
+    assert f'value="{typed}"' in page
+    assert (
+        "Your message is 1 character too long to send (4000 at most). Please shorten it and send "
+        "it again." in page
+    )
+    assert 'aria-invalid="true"' in page
+    assert 'aria-describedby="chat-text-error"' in page
+    assert 'id="chat-text-error"' in page
+
+
+def test_the_warning_before_starting_over_leaves_the_box_empty(demo):
+    # given alice's refund waits for a person of the shop
+    alice = _signed_in("alice")
+    _refund_waiting(alice)
+
+    # when she presses New conversation
+    page = alice.post("/portal/chat/", {"text": "/new"}).text
+
+    # then she is asked to confirm, and her box holds nothing she did not type
+    assert 'id="confirm-new"' in page
+    assert 'value="/new"' in page.split('id="chat-form"')[0]
+    assert 'value="/new"' not in page.split('id="chat-form"')[1]

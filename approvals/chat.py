@@ -69,18 +69,24 @@ def _decisions_and_waits(conversation: Conversation, run_ids: list) -> tuple[dic
     approvals = list(Approval.objects.filter(run_id__in=run_ids).order_by("created_at", "pk"))
     currencies = customer_words.currencies_of(approvals)
     decisions: dict = {}
-    waiting: dict = {}
+    pending: dict = {}
     for approval in approvals:
         currency = customer_words.currency_of(approval, currencies)
         told = customer_words.decision_told(approval, currency, shop)
         if told:
             decisions.setdefault(approval.run_id, []).append(told)
         if approval.status == ApprovalStatus.PENDING_APPROVAL:
-            waiting[approval.run_id] = {
-                "what": customer_words.call_described(approval, currency),
-                "until": approval.expires_at,
-                "email": email,
-            }
+            pending.setdefault(approval.run_id, []).append((approval, currency))
+    # Calls asked for together wait together: each is named, the first deadline is the one.
+    waiting: dict = {
+        run_id: {
+            "what": customer_words.calls_described(calls),
+            "several": len(calls) > 1,
+            "until": min(approval.expires_at for approval, _ in calls),
+            "email": email,
+        }
+        for run_id, calls in pending.items()
+    }
     plans = Ticket.objects.filter(run_id__in=run_ids, status__in=TICKET_OPEN_STATUSES)
     for ticket in plans.select_related("order", "run"):
         waiting.setdefault(

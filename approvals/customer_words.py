@@ -157,15 +157,16 @@ def plan_lines(order: Order, items: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-# Where a request stands, as the customer's list of requests and /status say it.
+# Where a request stands, as the customer's list of requests and /status say it: each reads
+# alone and after "Your request is".
 RUN_STANDING = {
     RunStatus.QUEUED: "sent, waiting its turn",
     RunStatus.RUNNING: "being answered",
-    RunStatus.WAITING_USER: "waiting for you",
+    RunStatus.WAITING_USER: "waiting for your answer",
     RunStatus.WAITING_APPROVAL: "waiting for a person of the shop",
-    RunStatus.PARKED: "a person of the shop is looking into it",
+    RunStatus.PARKED: "being looked into by a person of the shop",
     RunStatus.COMPLETED: "answered",
-    RunStatus.FAILED: "could not be completed",
+    RunStatus.FAILED: "not completed: something went wrong on our side",
     RunStatus.CANCELLED: "stopped",
 }
 
@@ -189,3 +190,21 @@ TICKET_STANDING = {
 
 def ticket_standing(status: str, shop: str) -> str:
     return TICKET_STANDING.get(status, "").format(shop=shop)
+
+
+def calls_described(calls: list[tuple[Approval, str]]) -> str:
+    """Calls asked for together, each with its currency, in one phrase: `your refunds of
+    20.00 EUR for ORD-1001 and 30.00 EUR for ORD-1003`."""
+    if len(calls) > 1 and all(approval.tool_name == "issue_refund" for approval, _ in calls):
+        each = [
+            f"{money(approval.proposed_args.get('amount'), currency)} "
+            f"for {approval.proposed_args.get('order_id')}"
+            for approval, currency in calls
+        ]
+        return f"your refunds of {_listed(each)}"
+    return _listed([call_described(approval, currency) for approval, currency in calls])
+
+
+def _listed(items: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)

@@ -288,19 +288,30 @@ def page_hub() -> PageHub:
 # --- one page's stream -----------------------------------------------------------------------
 
 
-def viewers_html(viewers: Iterable[str], *, me: str) -> str:
+def viewers_html(viewers: Iterable[str], *, me: str, customer_of: str = "") -> str:
+    """Who else is viewing, by login for the shop's people; a page's customer (`customer_of`,
+    the shop's name) reads only that people of the shop are there, never who."""
     others = [escape(name) for name in viewers if name != me]
     if not others:
         return ""
+    if customer_of:
+        shop = escape(customer_of)
+        told = (
+            f"A person of {shop} is looking at your plan"
+            if len(others) == 1
+            else f"People of {shop} are looking at your plan"
+        )
+        return f'<span class="viewing">{told}</span>'
     names = " and ".join([", ".join(others[:-1]), others[-1]] if len(others) > 1 else others)
     return f'<span class="viewing">{names} {"is" if len(others) == 1 else "are"} viewing</span>'
 
 
 async def page_stream(
-    topic: Topic, *, user_id: int, username: str, seen: str
+    topic: Topic, *, user_id: int, username: str, seen: str, customer_of: str = ""
 ) -> AsyncIterator[str]:
     """`changed` when the page's digest is no longer `seen` (what the page was drawn from),
-    `viewers` when the others viewing it change, and on a chat the answer being written as
+    `viewers` when the others viewing it change (told as viewers_html tells the page's
+    customer when `customer_of` names the shop), and on a chat the answer being written as
     `delta` events (approvals.live_answers); a comment line when quiet."""
     ends = time.monotonic() + STREAM_SECONDS * (1 - random.uniform(0, STREAM_JITTER))
     mark: Callable[[], object] = sync_to_async(
@@ -332,7 +343,8 @@ async def page_stream(
             if state.digest != shown:
                 shown = state.digest
                 yield f"event: changed\ndata: {shown}\n\n"
-            if (others := viewers_html(state.viewers, me=username)) != shown_viewers:
+            others = viewers_html(state.viewers, me=username, customer_of=customer_of)
+            if others != shown_viewers:
                 shown_viewers = others
                 yield f"event: viewers\ndata: {others}\n\n"
             if answer:

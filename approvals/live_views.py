@@ -7,6 +7,7 @@ from django.views.decorators.cache import never_cache
 
 from agentportal.admin import supervises_any
 from approvals import live, selectors
+from approvals.models import Ticket
 
 
 @never_cache
@@ -25,7 +26,12 @@ async def ticket_live(request, ticket_id):
         ticket = selectors.ticket_for_user(user=user, ticket_id=ticket_id)
         return live.Topic("ticket", str(ticket.pk)) if ticket else None
 
-    return await _page_stream(request, topic_of)
+    def customer_of(user, topic: live.Topic) -> str:
+        """The shop's name when the plan is the person's own: who they see the staff as."""
+        ticket = Ticket.objects.select_related("merchant").get(pk=topic.key)
+        return ticket.merchant.name if ticket.customer_id == user.pk else ""
+
+    return await _page_stream(request, topic_of, customer_of)
 
 
 @never_cache
@@ -44,17 +50,23 @@ async def inbox_live(request):
     return await _page_stream(request, topic_of)
 
 
-async def _page_stream(request, topic_of) -> HttpResponse:
-    """The page's stream of changes, for a signed-in person who may see the page."""
+async def _page_stream(request, topic_of, customer_of=None) -> HttpResponse:
+    """The page's stream of changes, for a signed-in person who may see the page;
+    `customer_of` says the shop's name when the person is the page's customer."""
     user = await request.auser()
     if not user.is_authenticated:
         return HttpResponse("Sign in to follow this page.", status=403, content_type="text/plain")
     topic = await sync_to_async(_closing(topic_of))(user)
     if topic is None:
         raise Http404("Nothing to follow here.")
+    shop = await sync_to_async(_closing(customer_of))(user, topic) if customer_of else ""
     response = StreamingHttpResponse(
         live.page_stream(
-            topic, user_id=user.pk, username=user.get_username(), seen=request.GET.get("seen", "")
+            topic,
+            user_id=user.pk,
+            username=user.get_username(),
+            seen=request.GET.get("seen", ""),
+            customer_of=shop,
         ),
         content_type="text/event-stream",
     )

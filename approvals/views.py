@@ -362,9 +362,22 @@ def _ticket_context(request, ticket, form: PlanForm) -> dict:
 
 
 class ChatForm(forms.Form):
-    text = forms.CharField(max_length=4000, strip=True)
+    MAX_LENGTH = 4000
+    text = forms.CharField(strip=True)
     # The customer was told what starting over cancels, and starts over anyway.
     confirmed = forms.BooleanField(required=False)
+
+    def clean_text(self) -> str:
+        # By how much, which a customer can act on; a limit alone would make them count.
+        text = self.cleaned_data["text"]
+        over = len(text) - self.MAX_LENGTH
+        if over > 0:
+            raise forms.ValidationError(
+                f"Your message is {over} character{'s' if over > 1 else ''} too long to send "
+                f"({self.MAX_LENGTH} at most). Please shorten it and send it again.",
+                code="max_length",
+            )
+        return text
 
 
 def _chat_principal(request) -> Principal:
@@ -395,9 +408,14 @@ def chat_page(request):
     if request.method == "POST" and form.is_valid():
         text = form.cleaned_data["text"]
         try:
-            cancelled = _cancelled_by(conversation, text)
+            cancelled = _cancelled_by(conversation, principal, text)
             if cancelled and not form.cleaned_data["confirmed"]:
-                context = {**chat.chat_context(conversation), "form": form, "cancels": cancelled}
+                # The box stays empty: the confirmation sends /new itself.
+                context = {
+                    **chat.chat_context(conversation),
+                    "form": ChatForm(),
+                    "cancels": cancelled,
+                }
                 return render(request, "portal/chat.html", context)
             executed = commands.command_execute(
                 conversation=conversation, principal=principal, text=text
@@ -423,10 +441,10 @@ def _chat_notice(request, notice: str, *, level: str = "info") -> HttpResponse:
     return render(request, "portal/_chat_notice.html", {"notice": notice, "level": level})
 
 
-def _cancelled_by(conversation: Conversation, text: str) -> list[str]:
+def _cancelled_by(conversation: Conversation, principal: Principal, text: str) -> list[str]:
     """What sending `text` would cancel that waits on people: /new ends the conversation and
     its runs, a refund or a plan waiting for a supervisor with them."""
-    parsed = commands.command_parse(text)
+    parsed = commands.command_parse(text, role=principal.role)
     if parsed is None or parsed[0].name != "/new":
         return []
     return selectors.waits_of_conversation(conversation=conversation)

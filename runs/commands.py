@@ -139,16 +139,16 @@ COMMANDS: tuple[Command, ...] = (
 _BY_NAME = {name: command for command in COMMANDS for name in (command.name, *command.aliases)}
 
 
-def command_parse(text: str) -> tuple[Command, str] | None:
+def command_parse(text: str, *, role: str) -> tuple[Command, str] | None:
     """The command a message is and its argument, or None for plain text. Unknown commands
-    are refused here, never sent to the model."""
+    are refused here, never sent to the model, naming the commands `role` may use."""
     stripped = text.strip()
     if not stripped.startswith("/"):
         return None
     word, _, argument = stripped.partition(" ")
     command = _BY_NAME.get(word.lower())
     if command is None:
-        known = ", ".join(command.name for command in COMMANDS)
+        known = ", ".join(command.name for command in COMMANDS if role in command.roles)
         raise errors.UnknownCommand(f"{word.lower()} is not a command. Try one of {known}.")
     # Words after a command that takes none are ignored, as they always were.
     return command, argument.strip() if command.argument else ""
@@ -161,7 +161,7 @@ def command_allowed(command: Command, principal: Principal) -> None:
 
 def command_execute(*, conversation, principal: Principal, text: str):
     """Parse and run a command sent to a conversation; None when `text` is plain text."""
-    parsed = command_parse(text)
+    parsed = command_parse(text, role=principal.role)
     if parsed is None:
         return None
     command, argument = parsed

@@ -14,6 +14,7 @@ from approvals import services
 from approvals.models import Approval
 from runs import worker
 from runs.models import AgentRun, RunStatus
+from tests import factories
 
 INTERNAL_WORDS = (
     "WAITING_APPROVAL",
@@ -34,6 +35,10 @@ def _signed_in(username: str) -> Client:
     client = Client()
     client.force_login(User.objects.get(username=username))
     return client
+
+
+def _user(username: str) -> User:
+    return User.objects.get(username=username)
 
 
 def _chat(client: Client) -> str:
@@ -252,3 +257,138 @@ def test_a_slow_step_says_what_the_assistant_is_doing(demo, settings):
     answered = _chat(alice)
     assert "Checking warehouse stock…" not in answered
     assert "in stock" in answered
+
+
+def test_two_refunds_that_wait_together_are_both_named(demo):
+    # given alice asks for two refunds in one message, and both wait for the shop
+    alice = _signed_in("alice")
+    asked = "I want a refund for ORD-1001 amount 20 and ORD-1003 amount 30"
+    alice.post("/portal/chat/", {"text": asked})
+    worker.tick()
+    assert Approval.objects.filter(status="PENDING_APPROVAL").count() == 2
+
+    # when she looks at her chat
+    page = _chat(alice)
+
+    # then both are named, in the order she asked for them
+    assert (
+        "Your refunds of 20.00 EUR for ORD-1001 and 30.00 EUR for ORD-1003 are waiting for a "
+        "person at Demo Shop to decide" in page
+    )
+    assert _internals_in(page) == []
+
+
+def test_status_while_the_assistant_asks_her_says_it_waits_for_her_answer(demo):
+    # given the assistant asked alice which order she means
+    alice = _signed_in("alice")
+    alice.post("/portal/chat/", {"text": "I want my money back"})
+    worker.tick()
+
+    # when she asks for the status
+    status = alice.post("/portal/chat/", {"text": "/status"}, follow=True).text
+
+    # then
+    assert "Your request is waiting for your answer." in status
+    assert "waiting for you." not in status
+
+
+@pytest.mark.parametrize(
+    ("status", "told"),
+    [
+        (RunStatus.QUEUED, "Your request is sent, waiting its turn."),
+        (RunStatus.RUNNING, "Your request is being answered."),
+        (RunStatus.WAITING_USER, "Your request is waiting for your answer."),
+        (RunStatus.WAITING_APPROVAL, "Your request is waiting for a person of the shop."),
+        (RunStatus.PARKED, "Your request is being looked into by a person of the shop."),
+    ],
+)
+def test_status_says_where_an_open_request_stands_in_a_sentence(demo, status, told):
+    # given alice's request, standing at `status`
+    alice = _signed_in("alice")
+    alice.post("/portal/chat/", {"text": "What is the status of order ORD-1001?"})
+    AgentRun.objects.update(status=status)
+
+    # when she asks for the status
+    page = alice.post("/portal/chat/", {"text": "/status"}, follow=True).text
+
+    # then
+    assert told in page
+
+
+def test_every_request_says_where_it_stands_in_the_customers_words(demo):
+    # given one request of alice's at each status (each put there once all are asked)
+    alice = _signed_in("alice")
+    runs = {}
+    for status in RunStatus.values:
+        runs[status] = factories.run_queue(
+            customer=_user("alice"), merchant=demo, message=f"Question {len(runs) + 1}"
+        )
+        AgentRun.objects.filter(pk=runs[status].pk).update(status=RunStatus.COMPLETED)
+    for status, run in runs.items():
+        AgentRun.objects.filter(pk=run.pk).update(status=status)
+
+    # when she opens her earlier requests
+    page = alice.get("/portal/requests/").text
+
+    # then each says where it stands, and each reads after "Your request is"
+    for standing in (
+        "sent, waiting its turn",
+        "being answered",
+        "waiting for your answer",
+        "waiting for a person of the shop",
+        "being looked into by a person of the shop",
+        "answered",
+        "not completed: something went wrong on our side",
+        "stopped",
+    ):
+        assert f'<td data-label="Where it stands">{standing}</td>' in page
+    assert _internals_in(page) == []
+
+
+def test_an_unknown_command_lists_only_the_commands_a_customer_may_use(demo):
+    # given alice in her chat
+    alice = _signed_in("alice")
+
+    # when she types a command that does not exist
+    page = alice.post("/portal/chat/", {"text": "/reboot"}).text
+
+    # then she is told hers, and not the shop's
+    assert "/reboot is not a command. Try one of /stop, /new, /reset, /switch, /status." in page
+    assert "/takeover" not in page and "/release" not in page
+    assert not AgentRun.objects.exists()
+
+
+def test_a_message_over_the_limit_stays_in_the_box_with_the_error_beside_it(demo):
+    # given alice typed a message one character too long
+    alice = _signed_in("alice")
+    typed = "My order ORD-1001 " + "x" * (4001 - len("My order ORD-1001 "))
+
+    # when she sends it
+    response = alice.post("/portal/chat/", {"text": typed})
+
+    # then nothing is sent, the text is still in the box, and the box says what is wrong
+    assert response.status_code == 200
+    assert not AgentRun.objects.exists()
+    page = response.text
+    assert f'value="{typed}"' in page
+    assert (
+        "Your message is 1 character too long to send (4000 at most). Please shorten it and send "
+        "it again." in page
+    )
+    assert 'aria-invalid="true"' in page
+    assert 'aria-describedby="chat-text-error"' in page
+    assert 'id="chat-text-error"' in page
+
+
+def test_the_warning_before_starting_over_leaves_the_box_empty(demo):
+    # given alice's refund waits for a person of the shop
+    alice = _signed_in("alice")
+    _refund_waiting(alice)
+
+    # when she presses New conversation
+    page = alice.post("/portal/chat/", {"text": "/new"}).text
+
+    # then she is asked to confirm, and her box holds nothing she did not type
+    assert 'id="confirm-new"' in page
+    assert 'value="/new"' in page.split('id="chat-form"')[0]
+    assert 'value="/new"' not in page.split('id="chat-form"')[1]

@@ -12,6 +12,7 @@ from approvals import escalation, live, selectors, services
 from approvals.models import Approval, ApprovalStatus, ApprovalVote
 from runs import conversations, worker
 from tests import factories
+from tests.approvals.plan_helpers import exchange_run, ticket_of
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
 from tests.http import open_stream
 
@@ -246,3 +247,43 @@ def test_many_chats_read_at_once_have_the_digests_each_chat_page_draws(demo):
         assert digests[user.pk] == selectors.chat_digest(conversation=conversation)
     assert digests[alice.pk] != digests[bob.pk]
     assert digests[sam.pk] == selectors.chat_digest(conversation=None)
+
+
+def test_a_customer_sees_the_staff_on_her_plan_only_as_a_person_of_the_shop(demo, live_server):
+    # given sue, sam and alice are on alice's exchange plan (marked at once: one first read)
+    ticket = ticket_of(exchange_run(demo))
+    topic = live.Topic("ticket", str(ticket.pk))
+    for username in ("sue", "sam", "alice"):
+        live.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
+
+    # when alice and sam follow it
+    path = f"/portal/tickets/{ticket.pk}/live/?seen={live.ticket_digest(ticket)}"
+    alice, sam = _follow(live_server, "alice", path), _follow(live_server, "sam", path)
+    assert _event(alice) == _event(sam) == "retry: 2000\n"
+    told_alice, told_sam = _event(alice), _event(sam)
+    alice.close()
+    sam.close()
+
+    # then alice reads the shop's name, never a login; sam still reads who is there
+    assert told_alice == (
+        'event: viewers\ndata: <span class="viewing">People of Demo Shop are looking at your plan'
+        "</span>\n"
+    )
+    assert "sue" not in told_alice and "sam" not in told_alice
+    assert told_sam == (
+        'event: viewers\ndata: <span class="viewing">alice and sue are viewing</span>\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("viewers", "expected"),
+    [
+        (["alice"], ""),
+        (["alice", "sam"], "A person of Demo &amp; Co is looking at your plan"),
+        (["sam", "sue", "alice"], "People of Demo &amp; Co are looking at your plan"),
+    ],
+)
+def test_the_viewers_line_a_customer_reads_names_only_the_shop(viewers, expected):
+    line = live.viewers_html(viewers, me="alice", customer_of="Demo & Co")
+
+    assert line == (f'<span class="viewing">{expected}</span>' if expected else "")

@@ -215,3 +215,33 @@ def test_the_stop_and_new_conversation_buttons(demo, signed_in, live_server):
     alice.click("#confirm-new button")
     assert "Started a new conversation." in alice.inner_text(".messages")
     assert "No messages yet." in alice.inner_text("#chat-messages")
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_message_too_long_stays_in_the_box_with_the_error_under_it(
+    demo, signed_in, live_server, width
+):
+    # given alice's chat, and a message of hers one character too long
+    alice = signed_in("alice")
+    alice.set_viewport_size({"width": width, "height": 844})
+    alice.goto(f"{live_server.url}/portal/chat/")
+    typed = "About my order ORD-1001: " + "the sound cuts out. " * 200
+    typed = typed[:4001]
+
+    # when she sends it
+    _send(alice, typed)
+
+    # then nothing is sent; her text is still in the box, the error right under it
+    error = alice.wait_for_selector("#chat-text-error")
+    screenshot(alice, f"chat-message-too-long-{width}")
+    assert "Your message is 1 character too long to send (4000 at most)." in error.inner_text()
+    assert alice.input_value("#chat-text") == typed.strip()
+    assert alice.get_attribute("#chat-text", "aria-invalid") == "true"
+    assert not AgentRun.objects.exists()
+
+    # when she shortens it and sends it again, then it is sent and the box is empty
+    _send(alice, alice.input_value("#chat-text")[:200])
+    alice.wait_for_selector(".chat-row")
+    assert alice.input_value("#chat-text") == ""
+    assert alice.locator("#chat-text-error").count() == 0
+    assert AgentRun.objects.count() == 1

@@ -136,3 +136,24 @@ def test_a_change_request_must_say_what_and_both_pages_show_it(demo, signed_in, 
     request = sam.inner_text("#changes-requested")
     assert request.startswith("alice asked for changes to version 1")
     assert "“Actually I need size 45”" in request
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_customer_sees_the_staff_on_her_plan_as_the_shop(demo, signed_in, live_server, width):
+    # given alice's plan is open on her screen
+    alice = signed_in("alice")
+    alice.set_viewport_size({"width": width, "height": 844})
+    ticket = _plan_page(demo, alice, live_server)
+
+    # when sam and sue open it too
+    sam, sue = signed_in("sam"), signed_in("sue")
+    sam.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
+    sue.goto(f"{live_server.url}/portal/tickets/{ticket.pk}/")
+
+    # then alice reads that people of the shop are looking, never their logins
+    alice.wait_for_selector("#viewers :text('People of Demo Shop are looking at your plan')")
+    screenshot(alice, f"plan-staff-looking-{width}")
+    shown = alice.inner_text("body")
+    assert "sam" not in shown and "sue" not in shown
+    # and sam, who is staff, still reads who is there
+    sam.wait_for_selector("#viewers :text('alice and sue are viewing')", timeout=5000)

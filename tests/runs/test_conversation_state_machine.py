@@ -55,7 +55,7 @@ class ConversationMachine(RuleBasedStateMachine):
     @rule(name=st.sampled_from(COMMANDS), as_supervisor=st.booleans())
     def command(self, name, as_supervisor):
         principal = self.sam if as_supervisor else self.alice
-        command, argument = commands.command_parse(name)
+        command, argument = commands.command_parse(name, role=principal.role)
         try:
             commands.command_allowed(command, principal)
         except DomainError as refusal:
@@ -83,7 +83,7 @@ class ConversationMachine(RuleBasedStateMachine):
     def command_to_a_closed_conversation(self, name):
         if not self.closed:
             return
-        command, argument = commands.command_parse(name)
+        command, argument = commands.command_parse(name, role=self.sam.role)
         closed = Conversation.objects.get(pk=sorted(self.closed)[0])
         try:
             conversations.command_run(

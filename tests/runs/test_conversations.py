@@ -195,6 +195,24 @@ def test_unknown_command_is_400_and_never_reaches_the_model(demo, alice):
     assert not ConversationMessage.objects.exists()
 
 
+def test_an_unknown_command_lists_only_the_commands_of_the_callers_role(demo, api, alice):
+    # given alice's conversation, which sam (a supervisor of her shop) may command too
+    conversation_id = _open(alice)
+
+    # when each of them sends a command that does not exist
+    told_alice = _say(alice, conversation_id, "/reboot").json()["detail"]
+    told_sam = _say(api("sam"), conversation_id, "/reboot").json()["detail"]
+
+    # then each is offered only what they may use
+    assert told_alice == (
+        "/reboot is not a command. Try one of /stop, /new, /reset, /switch, /status."
+    )
+    assert told_sam == (
+        "/reboot is not a command. Try one of /stop, /new, /reset, /switch, /status, /takeover, "
+        "/release."
+    )
+
+
 def test_another_customers_conversation_is_404(demo, api, alice):
     conversation_id = _open(alice)
     bob = api("bob")

@@ -1,12 +1,17 @@
 """The approval state machine under random sequences of what can happen to refund runs.
 
-A hypothesis RuleBasedStateMachine drives the services directly: decisions (approve, revise,
-reject, on time or late), the expiry sweep, worker ticks, crashed workers (a claimed lease that
-runs out, then `maintain`), cancellations and new refund runs. After every step the invariants
-of DESIGN 6.1 must hold. Each example runs in a savepoint that is rolled back at its end.
+A hypothesis RuleBasedStateMachine drives the services directly: decisions (approve, revise
+to random amounts, reject, on time or late, naming the digest on the table, none or a stale
+one) by supervisors and two service keys, the shop's policy (auto-approval and four-eyes
+thresholds, changed mid-way), the expiry sweep, worker ticks, crashed workers (a claimed lease
+that runs out, then `maintain`), cancellations and new refund runs. After every step the
+invariants of DESIGN 6.1 and 6.1.1 must hold. Each example runs in a savepoint that is rolled
+back at its end. AGENTPORTAL_MACHINE_EXAMPLES sets how many examples (200 by default).
 """
 
 import json
+import os
+import re
 from contextlib import nullcontext
 from datetime import timedelta
 from decimal import Decimal
@@ -33,7 +38,16 @@ from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
 from agentportal.services import api_key_create
-from approvals.models import Approval, ApprovalStatus, Order, Refund
+from approvals.models import (
+    Approval,
+    ApprovalStatus,
+    ApprovalVote,
+    CustomerEmail,
+    Order,
+    Refund,
+    args_digest,
+)
+from approvals.policies import call_requirement
 from approvals.services import DecisionRequest, approval_decide, approvals_expire_due
 from runs import extensions, nodes, services, worker
 from runs.models import (
@@ -49,14 +63,21 @@ from runs.services import LostRun
 from runs.snapshot import TRANSITIONS, CallStatus, snapshot_parse
 from runs.tools import TOOLS
 from tests import factories
+from tests.approvals.policy_helpers import policy_set
 from tests.problems import refusal_problem
 from tests.runs import helpers
 
 pytestmark = pytest.mark.django_db
 
 ORDERS = {"alice": ["ORD-1001", "ORD-1002", "ORD-1003"], "bob": ["ORD-2001", "ORD-2003"]}
-AMOUNTS = ["5.00", "20.00", "45.00"]
+AMOUNTS = ["5.00", "20.00", "45.00", "60.00"]
+# A revision may also ask for more than any order holds: the refund tool refuses it.
+REVISED_AMOUNTS = [*AMOUNTS, "4000.00"]
+# The shop's policy: (auto_approve_up_to, two_approvers_from), or none.
+POLICIES = [None, (None, "40.00"), ("10.00", "40.00"), ("5.00", None), (None, "20.00")]
 MAX_OPEN_RUNS = 3
+# What a customer is told when money moved, with the amount that moved.
+MONEY_MOVED = re.compile(r"(?:Done: a refund of|We refunded) (\d+\.\d{2})")
 FIRST_REFUND = "I want a refund for ORD-1003 amount 20"
 
 
@@ -79,13 +100,28 @@ class ApprovalMachine(RuleBasedStateMachine):
 
     # --- rules ---------------------------------------------------------------------------
 
-    @initialize()
-    def first_refund_waits_for_a_decision(self):
+    @initialize(policy=st.sampled_from(POLICIES))
+    def first_refund_under_the_shops_policy(self, policy):
+        self.policy_set(policy)
         alice = User.objects.get(username="alice")
         run = factories.run_queue(customer=alice, merchant=self.shop, message=FIRST_REFUND)
         self.runs.append(run.pk)
         worker.tick()
-        assert AgentRun.objects.get(pk=run.pk).status == RunStatus.WAITING_APPROVAL
+        approval = Approval.objects.get(run=run)
+        waits = not approval.decided_by_policy
+        assert AgentRun.objects.get(pk=run.pk).status == (
+            RunStatus.WAITING_APPROVAL if waits else RunStatus.COMPLETED
+        )
+
+    def policy_set(self, policy) -> None:
+        if policy is not None:
+            auto, four_eyes = policy
+            policy_set(self.shop, auto_approve_up_to=auto, two_approvers_from=four_eyes)
+
+    @rule(policy=st.sampled_from(POLICIES[1:]))
+    def policy_change(self, policy):
+        """A new version: calls already asked for keep the version they were created under."""
+        self.policy_set(policy)
 
     @rule(
         customer=st.sampled_from(sorted(ORDERS)),
@@ -125,11 +161,12 @@ class ApprovalMachine(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         decision=st.sampled_from(["approve", "revise", "reject"]),
-        who=st.sampled_from(["sam", "sue", "service"]),
-        amount=st.sampled_from(AMOUNTS),
+        who=st.sampled_from(["sam", "sue", "service", "service-2"]),
+        amount=st.sampled_from(REVISED_AMOUNTS),
+        seen=st.sampled_from(["current", "current", "none", "stale"]),
         late=st.sampled_from([False, False, False, True]),
     )
-    def decide(self, data, decision, who, amount, late):
+    def decide(self, data, decision, who, amount, seen, late):
         approvals = list(Approval.objects.filter(run_id__in=self.runs).order_by("created_at"))
         # pending calls are the interesting ones: offer them more often
         pending = [a for a in approvals if a.status == ApprovalStatus.PENDING_APPROVAL]
@@ -138,6 +175,12 @@ class ApprovalMachine(RuleBasedStateMachine):
         call = snapshot_parse(run.state_snapshot).pending_tool_call
         moment = max(call.expires_at, timezone.now()) + timedelta(minutes=1)
         due = late or timezone.now() >= call.expires_at
+        named = {
+            "current": approval.digest_on_the_table,
+            "none": None,
+            # what was on the table before a colleague's revision, or never on it
+            "stale": args_digest({**approval.arguments_on_the_table, "amount": "0.01"}),
+        }[seen]
         request = DecisionRequest(
             interrupt_id=approval.interrupt_id,
             decision=decision,
@@ -147,8 +190,12 @@ class ApprovalMachine(RuleBasedStateMachine):
                 else None
             ),
             reason="declined by the machine" if decision == "reject" else "",
+            args_digest=named,
         )
         expected = expected_outcome(call.status, run, due)
+        if expected == "decided":
+            expected = expected_vote(approval, request, self.principals[who])
+        votes_before = ApprovalVote.objects.filter(approval=approval).count()
 
         with time_machine.travel(moment) if late else nullcontext():
             try:
@@ -156,9 +203,20 @@ class ApprovalMachine(RuleBasedStateMachine):
                 outcome = "decided"
             except DomainError as refusal:
                 outcome = refusal_problem(refusal)
+            if outcome == "decided" and expected == "voted":
+                outcome = "voted"
 
-        assert outcome == expected, (call.status, run.status, late)
+        assert outcome == expected, (call.status, run.status, late, seen, who)
         approval.refresh_from_db()
+        votes = ApprovalVote.objects.filter(approval=approval)
+        if outcome in ("decided", "voted") and decision != "reject":
+            # one vote more, for exactly the arguments its decider saw or wrote
+            assert votes.count() == votes_before + 1
+            vote = votes.latest("id")
+            wrote = request.tool_args if decision == "revise" else None
+            assert vote.args_digest == (args_digest(wrote) if wrote else named or vote.args_digest)
+        else:
+            assert votes.count() == votes_before
         if outcome == "decided":
             assert approval.status == (
                 ApprovalStatus.REJECTED
@@ -167,6 +225,9 @@ class ApprovalMachine(RuleBasedStateMachine):
             )
             assert approval.decided_by_name == self.principals[who].name
             assert AgentRun.objects.get(pk=run.pk).status == RunStatus.QUEUED
+        elif outcome == "voted":
+            assert approval.status == ApprovalStatus.PENDING_APPROVAL
+            assert AgentRun.objects.get(pk=run.pk).status == RunStatus.WAITING_APPROVAL
         elif call.status == CallStatus.PENDING_APPROVAL and due:
             assert approval.status == ApprovalStatus.EXPIRED
             assert AgentRun.objects.get(pk=run.pk).status == RunStatus.QUEUED
@@ -263,8 +324,13 @@ class ApprovalMachine(RuleBasedStateMachine):
 
     @invariant()
     def approval_statuses_move_only_along_allowed_transitions(self):
-        for pk, status in Approval.objects.filter(run_id__in=self.runs).values_list("pk", "status"):
-            before = self.approval_seen.get(pk, ApprovalStatus.PENDING_APPROVAL)
+        approvals = Approval.objects.filter(run_id__in=self.runs)
+        for pk, status, by_policy in approvals.values_list("pk", "status", "decided_by_policy"):
+            # A call the policy approves is created approved.
+            before = self.approval_seen.get(
+                pk,
+                ApprovalStatus.APPROVED_EXECUTING if by_policy else ApprovalStatus.PENDING_APPROVAL,
+            )
             assert status == before or status in TRANSITIONS.get(before, set()), (before, status)
             self.approval_seen[pk] = status
 
@@ -293,15 +359,48 @@ class ApprovalMachine(RuleBasedStateMachine):
                 )
 
     @invariant()
-    def refunds_only_for_executed_approvals_and_once_per_key(self):
+    def no_call_runs_with_arguments_its_policy_did_not_see_approved(self):
+        """Every approved call's arguments were approved by as many people as its policy
+        version asks for those exact arguments (or by the policy alone when they are under
+        its auto-approval limit), each vote naming those arguments' digest; four eyes are
+        completed by a person, with one service key's vote at most."""
+        approved = Approval.objects.filter(
+            run_id__in=self.runs,
+            status__in=[
+                ApprovalStatus.APPROVED_EXECUTING,
+                ApprovalStatus.EXECUTED,
+                ApprovalStatus.FAILED,
+            ],
+        )
+        for approval in approved:
+            arguments = approval.approved_args
+            digest = args_digest(arguments)
+            assert approval.args_digest == digest
+            if approval.executed_args is not None:
+                assert approval.executed_args == arguments
+            needs = call_requirement(
+                version=approval.policy_version, arguments=arguments, now=timezone.now()
+            )
+            if approval.decided_by_policy:
+                assert needs.auto_approve and arguments == approval.proposed_args
+                continue
+            votes = list(ApprovalVote.objects.filter(approval=approval, args_digest=digest))
+            voters = {vote.voter for vote in votes}
+            assert len(voters) == len(votes) >= needs.required_approvals >= 1
+            assert approval.required_approvals == needs.required_approvals
+            if needs.required_approvals > 1:
+                assert sum(vote.user_id is None for vote in votes) <= 1
+                assert approval.decided_by_id is not None
+
+    @invariant()
+    def refunds_are_the_successful_executions_once_per_key(self):
         approvals = Approval.objects.filter(run_id__in=self.runs)
         executed = {
             a.tool_execution_key: a for a in approvals.filter(status=ApprovalStatus.EXECUTED)
         }
         keys = list(Refund.objects.values_list("idempotency_key", flat=True))
         assert len(keys) == len(set(keys))
-        assert len(keys) <= len(executed)
-        assert set(keys) <= set(executed)
+        assert set(keys) == set(executed)
         for refund in Refund.objects.select_related("order"):
             approved = executed[refund.idempotency_key].approved_args
             assert refund.amount == Decimal(approved["amount"])
@@ -313,6 +412,26 @@ class ApprovalMachine(RuleBasedStateMachine):
             paid = Refund.objects.filter(order=order).aggregate(total=Sum("amount"))["total"]
             assert order.refunded == (paid or Decimal("0.00"))
             assert order.refunded <= order.total
+
+    @invariant()
+    def nobody_is_told_that_money_moved_when_it_did_not(self):
+        paid = {
+            run_id: {
+                f"{refund.amount:.2f}"
+                for refund in Refund.objects.filter(idempotency_key__startswith=f"agent:{run_id}:")
+            }
+            for run_id in self.runs
+        }
+        for run in AgentRun.objects.filter(pk__in=self.runs):
+            said = [run.result or ""]
+            said += RunEvent.objects.filter(run=run, type="message.assistant").values_list(
+                "data__text", flat=True
+            )
+            for text in said:
+                assert set(MONEY_MOVED.findall(text or "")) <= paid[run.pk], (text, paid[run.pk])
+        for email in CustomerEmail.objects.filter(merchant=self.shop):
+            claimed = set(MONEY_MOVED.findall(email.body))
+            assert claimed <= set().union(*paid.values()), email.body
 
 
 def execute_approved_refund(lease) -> None:
@@ -348,17 +467,51 @@ def expected_outcome(status: str, run: AgentRun, due: bool):
     return "decided"
 
 
+def expected_vote(approval: Approval, request: DecisionRequest, principal: Principal):
+    """What a decision on a pending call that is not due must come to (DESIGN 6.1.1): counted
+    for the arguments on the table only when its decider saw them, needing what the policy
+    version asks of the arguments that would execute, from distinct people."""
+    if request.decision == "reject":
+        return "decided"
+    table = approval.digest_on_the_table
+    votes = ApprovalVote.objects.filter(approval=approval)
+    if request.args_digest is not None and request.args_digest != table:
+        return (409, "arguments_changed")
+    if request.args_digest is None and request.decision == "approve" and votes.exists():
+        return (409, "arguments_changed")
+    arguments = (
+        TOOLS["issue_refund"].args_model.model_validate(request.tool_args).model_dump(mode="json")
+        if request.decision == "revise"
+        else approval.arguments_on_the_table
+    )
+    required = call_requirement(
+        version=approval.policy_version, arguments=arguments, now=timezone.now()
+    ).required_approvals
+    round_votes = votes.filter(args_digest=args_digest(arguments))
+    me = f"user:{principal.user.pk}" if principal.user else f"key:{principal.api_key.pk}"
+    if round_votes.filter(voter=me).exists():
+        return (409, "same_approver")
+    given = round_votes.count() + 1
+    if principal.user is None and required > 1:
+        if round_votes.filter(user__isnull=True).exists():
+            return (409, "same_approver")
+        if given >= required:
+            return (403, "permission_denied")
+    return "decided" if given >= required else "voted"
+
+
 def test_approval_state_machine_keeps_its_invariants(demo):
-    key, _ = api_key_create(merchant=demo, role="service")
     principals = {
         "sam": Principal(merchant=demo, role="supervisor", user=User.objects.get(username="sam")),
         "sue": Principal(merchant=demo, role="supervisor", user=User.objects.get(username="sue")),
-        "service": Principal(merchant=demo, role="service", api_key=key),
     }
+    for name in ("service", "service-2"):
+        key, _ = api_key_create(merchant=demo, role="service")
+        principals[name] = Principal(merchant=demo, role="service", api_key=key)
     run_state_machine_as_test(
         lambda: ApprovalMachine(demo, principals),
         settings=hypothesis.settings(
-            max_examples=25,
+            max_examples=int(os.environ.get("AGENTPORTAL_MACHINE_EXAMPLES", "200")),
             stateful_step_count=12,
             deadline=None,
             database=None,

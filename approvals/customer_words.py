@@ -65,10 +65,16 @@ def _revision_told(approval: Approval, currency: str, shop: str) -> str | None:
         or money(asked, "") == money(given, "")
     ):
         return f"{shop} changed {call_described(approval, currency)} before approving it{because}"
-    verb = "refunded" if approval.status == ApprovalStatus.EXECUTED else "are refunding"
+    number = approval.proposed_args.get("order_id")
+    if approval.status == ApprovalStatus.EXECUTED:
+        return (
+            f"We refunded {money(given, currency)} instead of {money(asked, currency)} "
+            f"for {number}{because}"
+        )
+    # Approved, not yet paid: the refund may still be refused, so nothing is said as paid.
     return (
-        f"We {verb} {money(given, currency)} instead of {money(asked, currency)} "
-        f"for {approval.proposed_args.get('order_id')}{because}"
+        f"{shop} approved a refund of {money(given, currency)} instead of "
+        f"{money(asked, currency)} for {number}{because}"
     )
 
 

@@ -38,7 +38,8 @@ def _decide(approval: Approval, decision: str, **details) -> None:
             "revise",
             {"reason": "one shirt was worn"},
             "Demo Shop approved your refund of 30.00 EUR for ORD-1003, changed",
-            "We are refunding 14.75 EUR instead of 30.00 EUR for ORD-1003: one shirt was worn",
+            "Demo Shop approved a refund of 14.75 EUR instead of 30.00 EUR for ORD-1003: one shirt "
+            "was worn",
         ),
         (
             "reject",

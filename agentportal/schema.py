@@ -105,10 +105,26 @@ def problems(*codes: str) -> dict:
     return {"x-problems": list(codes)}
 
 
+def link(source: str, status: int, *, body: dict[str, str] | None = None, **parameters: str):
+    """Where an operation's parameters come from: the answer `status` of the operation
+    `source`, read by runtime expressions (`$response.body#/id`); `body` fields are merged into
+    the request body. Declared on the operation that takes the ids, put on the source's
+    response as an OpenAPI link by `problems_declared`."""
+    target: dict = {"parameters": parameters}
+    if body:
+        target["requestBody"] = body
+    return {"source": source, "status": str(status), "link": target}
+
+
+def ids_from(*links: dict) -> dict:
+    """The links that lead to an operation; for `extend_schema(extensions=...)`."""
+    return {"x-ids-from": list(links)}
+
+
 def problems_declared(result, generator, request, public):
     """drf-spectacular postprocessing hook: every operation declares each problem it can
-    answer with (status, problem schema, the codes it means), and request bodies forbid fields
-    they do not name, as the API does."""
+    answer with (status, problem schema, the codes it means) and the links of its answers, and
+    request bodies forbid fields they do not name, as the API does."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Problem"] = PROBLEM
     schemas.update(JSON_WITHOUT_NUL)
@@ -124,7 +140,22 @@ def problems_declared(result, generator, request, public):
                 codes.extend(WITH_BODY)
                 _forbid_unknown_fields(schemas, operation["requestBody"])
             operation["responses"].update(_problem_responses(codes))
+    _links_declared(result)
     return result
+
+
+def _links_declared(result) -> None:
+    """Each link an operation declares (`ids_from`) on the response it reads its ids from."""
+    operations = {
+        operation["operationId"]: operation
+        for item in result["paths"].values()
+        for operation in item.values()
+    }
+    for target, operation in operations.items():
+        for declared in operation.pop("x-ids-from", []):
+            response = operations[declared["source"]]["responses"][declared["status"]]
+            links = response.setdefault("links", {})
+            links[target] = {"operationId": target, **declared["link"]}
 
 
 def _problem_responses(codes: list[str]) -> dict:

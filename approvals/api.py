@@ -8,10 +8,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentportal.problems import Problem
-from agentportal.schema import problems
+from agentportal.schema import ids_from, link, problems
 from approvals import plans, selectors, services
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
-from approvals.policies import PolicyRules, policy_update
+from approvals.policies import PolicyRules, policy_tool_names, policy_update
+from approvals.request_shapes import decision_bodies, ticket_decide_bodies, ticket_revise_bodies
 from approvals.serializers import (
     ApprovalPageSerializer,
     ApprovalSerializer,
@@ -26,7 +27,6 @@ from approvals.serializers import (
     TicketPageSerializer,
     TicketReviseSerializer,
     TicketSerializer,
-    decision_bodies,
 )
 from runs.api import cursor_parameter, filtered_page, principal_of, run_or_404
 from runs.selectors import run_for
@@ -46,6 +46,50 @@ DECISION_PROBLEMS = problems(
 )
 # A command on a plan: it moved on since the version the caller saw, or is not at that step.
 TICKET_PROBLEMS = problems("version_conflict", "invalid_transition", "interrupt_expired")
+
+# Where the ids a path takes come from, for the schema's links (`agentportal.schema.link`).
+APPROVAL_FROM = (
+    link("approvals_list", 200, interrupt_id="$response.body#/results/0/interrupt_id"),
+    link("runs_resume", 200, interrupt_id="$response.body#/approval/interrupt_id"),
+)
+APPROVAL_SEEN = link("approvals_retrieve", 200, interrupt_id="$response.body#/interrupt_id")
+RESUME_FROM = ids_from(
+    link(
+        "approvals_list",
+        200,
+        run_id="$response.body#/results/0/run_id",
+        body={"interrupt_id": "$response.body#/results/0/interrupt_id"},
+    ),
+    link(
+        "approvals_retrieve",
+        200,
+        run_id="$response.body#/run_id",
+        body={"interrupt_id": "$response.body#/interrupt_id"},
+    ),
+)
+TICKET_FROM = ids_from(
+    link("tickets_list", 200, ticket_id="$response.body#/results/0/id"),
+    *(
+        link(f"tickets_{command}", 200, ticket_id="$response.body#/id")
+        for command in ("confirm", "revise", "decide")
+    ),
+)
+# A command names the proposal version it saw.
+TICKET_COMMAND_FROM = ids_from(
+    link(
+        "tickets_list",
+        200,
+        ticket_id="$response.body#/results/0/id",
+        body={"proposal_version": "$response.body#/results/0/proposal/version"},
+    ),
+    link(
+        "tickets_retrieve",
+        200,
+        ticket_id="$response.body#/id",
+        body={"proposal_version": "$response.body#/proposal/version"},
+    ),
+)
+POLICY_FROM = (link("policies_list", 200, tool_name="$response.body#/results/0/tool_name"),)
 
 
 def supervisor_or_403(request):
@@ -90,7 +134,7 @@ class RunResumeView(APIView):
         operation_id="runs_resume",
         request=decision_bodies(name="Decision", interrupt_id_required=True),
         responses=DecisionResultSerializer,
-        extensions=DECISION_PROBLEMS,
+        extensions=DECISION_PROBLEMS | RESUME_FROM,
     )
     def post(self, request, run_id):
         return _decide(request, run_or_404(request, run_id), DecisionSerializer)
@@ -115,7 +159,14 @@ class ApprovalsView(APIView):
 
 
 class ApprovalDetailView(APIView):
-    @extend_schema(operation_id="approvals_retrieve", responses=ApprovalSerializer)
+    @extend_schema(
+        operation_id="approvals_retrieve",
+        responses=ApprovalSerializer,
+        extensions=ids_from(
+            *APPROVAL_FROM,
+            link("approvals_decide", 200, interrupt_id="$response.body#/approval/interrupt_id"),
+        ),
+    )
     def get(self, request, interrupt_id):
         approval = approval_or_404(request, interrupt_id)
         supervisor_or_403(request)
@@ -127,7 +178,7 @@ class ApprovalDecisionView(APIView):
         operation_id="approvals_decide",
         request=decision_bodies(name="DecisionOnApproval", interrupt_id_required=False),
         responses=DecisionResultSerializer,
-        extensions=DECISION_PROBLEMS,
+        extensions=DECISION_PROBLEMS | ids_from(*APPROVAL_FROM, APPROVAL_SEEN),
     )
     def post(self, request, interrupt_id):
         approval = approval_or_404(request, interrupt_id)
@@ -138,10 +189,12 @@ class ApprovalDecisionView(APIView):
 
 # --- approval policies -----------------------------------------------------------------------
 
+# (The URLs are loaded once the apps are ready, so the tools are registered by then.)
 TOOL_NAME = OpenApiParameter(
     "tool_name",
     str,
     OpenApiParameter.PATH,
+    enum=policy_tool_names(),
     description="A tool whose calls wait for approval, such as `issue_refund`.",
 )
 
@@ -168,7 +221,12 @@ class PoliciesView(APIView):
 
 class PolicyDetailView(APIView):
     @extend_schema(
-        operation_id="policies_retrieve", parameters=[TOOL_NAME], responses=PolicySerializer
+        operation_id="policies_retrieve",
+        parameters=[TOOL_NAME],
+        responses=PolicySerializer,
+        extensions=ids_from(
+            *POLICY_FROM, link("policies_update", 200, tool_name="$response.body#/tool_name")
+        ),
     )
     def get(self, request, tool_name):
         principal = policy_editor_or_403(request)
@@ -182,6 +240,9 @@ class PolicyDetailView(APIView):
         parameters=[TOOL_NAME],
         request=PolicyRulesSerializer,
         responses=PolicySerializer,
+        extensions=ids_from(
+            *POLICY_FROM, link("policies_retrieve", 200, tool_name="$response.body#/tool_name")
+        ),
     )
     def put(self, request, tool_name):
         principal = policy_editor_or_403(request)
@@ -233,7 +294,9 @@ class TicketsView(APIView):
 
 
 class TicketDetailView(APIView):
-    @extend_schema(operation_id="tickets_retrieve", responses=TicketSerializer)
+    @extend_schema(
+        operation_id="tickets_retrieve", responses=TicketSerializer, extensions=TICKET_FROM
+    )
     def get(self, request, ticket_id):
         return _ticket_response(request, ticket_id)
 
@@ -264,7 +327,7 @@ class _TicketCommandView(APIView):
         operation_id="tickets_confirm",
         request=TicketConfirmSerializer,
         responses=TicketSerializer,
-        extensions=TICKET_PROBLEMS,
+        extensions=TICKET_PROBLEMS | TICKET_COMMAND_FROM,
     )
 )
 class TicketConfirmView(_TicketCommandView):
@@ -278,9 +341,9 @@ class TicketConfirmView(_TicketCommandView):
 @extend_schema_view(
     post=extend_schema(
         operation_id="tickets_revise",
-        request=TicketReviseSerializer,
+        request=ticket_revise_bodies(),
         responses=TicketSerializer,
-        extensions=TICKET_PROBLEMS,
+        extensions=TICKET_PROBLEMS | TICKET_COMMAND_FROM,
     )
 )
 class TicketReviseView(_TicketCommandView):
@@ -291,9 +354,9 @@ class TicketReviseView(_TicketCommandView):
 @extend_schema_view(
     post=extend_schema(
         operation_id="tickets_decide",
-        request=TicketDecideSerializer,
+        request=ticket_decide_bodies(),
         responses=TicketSerializer,
-        extensions=TICKET_PROBLEMS,
+        extensions=TICKET_PROBLEMS | TICKET_COMMAND_FROM,
     )
 )
 class TicketDecideView(_TicketCommandView):

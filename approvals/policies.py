@@ -62,6 +62,18 @@ def policy_tool_names() -> list[str]:
     return sorted(name for name, tool in TOOLS.items() if tool.policy == APPROVAL_INTERRUPT.policy)
 
 
+def policy_amount_fields() -> list[str]:
+    """The arguments a policy can weigh: the numeric ones of the tools it can be set for."""
+    return sorted(
+        {
+            name
+            for tool_name in policy_tool_names()
+            for name, info in TOOLS[tool_name].args_model.model_fields.items()
+            if info.annotation in NUMERIC_ANNOTATIONS
+        }
+    )
+
+
 def policy_rules_check(*, tool_name: str, rules: PolicyRules) -> None:
     """400 with field errors unless the rules fit the tool: it exists and waits for approval,
     the amount field is one of its numeric arguments, thresholds are not negative and the

@@ -1,18 +1,18 @@
 import re
 
 from django.conf import settings
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from drf_spectacular.utils import extend_schema_field
 from pydantic import TypeAdapter
 from rest_framework import serializers
 
 from agentportal.serializers import (
+    NOT_BLANK,
     InterruptIdField,
     StrictBooleanField,
     StrictCharField,
     StrictEmailField,
     StrictIntegerField,
     StrictSerializer,
-    TextField,
 )
 from approvals.models import (
     Approval,
@@ -23,7 +23,7 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
-from approvals.policies import MAX_SECONDS
+from approvals.policies import MAX_SECONDS, policy_amount_fields
 from approvals.tools import ExchangeItems
 from runs.serializers import RunSerializer
 
@@ -62,37 +62,6 @@ class DecisionSerializer(StrictSerializer):
 
 class DecisionOnApprovalSerializer(DecisionSerializer):
     interrupt_id = InterruptIdField(required=False)
-
-
-@extend_schema_field({"$ref": "#/components/schemas/ToolArguments"})
-class ToolArgumentsField(serializers.DictField):
-    """A call's arguments as a supervisor edits them; checked against the tool's own schema."""
-
-
-def decision_bodies(*, name: str, interrupt_id_required: bool) -> PolymorphicProxySerializer:
-    """The decision body as the schema states it: one shape per decision, so that the rules
-    the API enforces are in the contract (a reason to reject, the edited arguments to revise,
-    arguments with nothing else). Checked by `DecisionSerializer` and `decision_validate`."""
-
-    def body(decision: str, **fields) -> type[serializers.Serializer]:
-        fields = {
-            "interrupt_id": InterruptIdField(required=interrupt_id_required),
-            "decision": serializers.ChoiceField(choices=[decision]),
-            "reason": StrictCharField(required=False, allow_blank=True, max_length=2000),
-            "args_digest": ArgsDigestField(),
-            **fields,
-        }
-        return type(f"{decision.capitalize()}{name}", (StrictSerializer,), fields)
-
-    return PolymorphicProxySerializer(
-        component_name=name,
-        serializers={
-            Decision.APPROVE.value: body(Decision.APPROVE.value),
-            Decision.REVISE.value: body(Decision.REVISE.value, tool_args=ToolArgumentsField()),
-            Decision.REJECT.value: body(Decision.REJECT.value, reason=TextField(max_length=2000)),
-        },
-        resource_type_field_name="decision",
-    )
 
 
 class ApprovalGivenSerializer(serializers.Serializer):
@@ -213,9 +182,24 @@ class SecondsField(StrictIntegerField):
 
 
 class PolicyRulesSerializer(StrictSerializer):
-    """A PUT of a policy: its rules, all of them (null: never)."""
+    """A PUT of a policy: its rules, all of them (null: never). `two_approvers_from` lies above
+    `auto_approve_up_to` when both are set."""
 
     amount_field = StrictCharField(max_length=64)
+
+    def get_fields(self):
+        # The amounts a policy can weigh are known once the tools are registered; the policy's
+        # own rule (policies.policy_rules_check) names the ones of its tool.
+        fields = super().get_fields()
+        extend_schema_field(
+            {
+                "type": "string",
+                "enum": policy_amount_fields(),
+                "description": "The argument of the tool's calls the thresholds weigh.",
+            }
+        )(fields["amount_field"])
+        return fields
+
     auto_approve_up_to = AmountField(allow_null=True)
     two_approvers_from = AmountField(allow_null=True)
     escalate_after_seconds = SecondsField(allow_null=True)
@@ -352,6 +336,9 @@ def _exchange_items_schema() -> dict:
     `$defs`)."""
     schema = TypeAdapter(ExchangeItems).json_schema()
     schema["items"] = schema.pop("$defs")["ExchangeItem"]
+    # The tool strips blanks before it checks a length: a SKU of blanks is none.
+    for name in ("sku", "new_sku"):
+        schema["items"]["properties"][name]["pattern"] = NOT_BLANK.regex.pattern
     return schema
 
 

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from agentportal.counters import Slots, counter_key
 from agentportal.principals import Principal
 from agentportal.problems import Problem
-from agentportal.schema import problems
+from agentportal.schema import ids_from, link, problems
 from agentportal.selectors import customer_membership_by_username
 from agentportal.serializers import IDEMPOTENCY_KEY_HEADER, idempotency_key_from
 from runs import commands, conversations, event_stream, inputs, selectors, services
@@ -31,6 +31,16 @@ from runs.serializers import (
     RunInputCreateSerializer,
     RunPageSerializer,
     RunSerializer,
+)
+
+# Where the ids a path takes come from, for the schema's links (`agentportal.schema.link`).
+RUN_FROM = (
+    link("runs_create", 201, run_id="$response.body#/id"),
+    link("runs_list", 200, run_id="$response.body#/results/0/id"),
+)
+RUN_SEEN = link("runs_retrieve", 200, run_id="$response.body#/id")
+CONVERSATION_FROM = ids_from(
+    link("conversations_create", 201, conversation_id="$response.body#/id")
 )
 
 PAGE_SIZE = 50
@@ -197,7 +207,9 @@ class RunsView(APIView):
 
 class RunDetailView(APIView):
     @extend_schema(
-        operation_id="runs_retrieve", responses=RunSerializer, extensions=problems("run_not_found")
+        operation_id="runs_retrieve",
+        responses=RunSerializer,
+        extensions=problems("run_not_found") | ids_from(*RUN_FROM),
     )
     def get(self, request, run_id):
         return Response(RunSerializer(run_or_404(request, run_id)).data)
@@ -208,7 +220,7 @@ class RunCancelView(APIView):
         operation_id="runs_cancel",
         request=None,
         responses=RunSerializer,
-        extensions=problems("run_not_found", "run_finished"),
+        extensions=problems("run_not_found", "run_finished") | ids_from(*RUN_FROM, RUN_SEEN),
     )
     def post(self, request, run_id):
         run = run_or_404(request, run_id)
@@ -234,6 +246,17 @@ class RunInputsView(APIView):
             "interrupt_expired",
             "snapshot_invalid",
             "idempotency_key_reused",
+        )
+        | ids_from(
+            link(
+                "runs_retrieve",
+                200,
+                run_id="$response.body#/id",
+                body={
+                    "interrupt_id": "$response.body#/pending/0/interrupt_id",
+                    "run_version": "$response.body#/version",
+                },
+            )
         ),
     )
     def post(self, request, run_id):
@@ -261,7 +284,15 @@ class RunReceiptView(APIView):
     @extend_schema(
         operation_id="runs_receipt",
         responses=ReceiptResultSerializer,
-        extensions=problems("run_not_found"),
+        extensions=problems("run_not_found")
+        | ids_from(
+            link(
+                "runs_inputs",
+                202,
+                run_id="$response.body#/run/id",
+                idempotency_key="$request.header.Idempotency-Key",
+            )
+        ),
     )
     def get(self, request, run_id, idempotency_key):
         run = run_or_404(request, run_id)
@@ -280,7 +311,7 @@ class RunEventsView(APIView):
         operation_id="runs_events",
         parameters=[AFTER],
         responses=RunEventsSerializer,
-        extensions=problems("run_not_found"),
+        extensions=problems("run_not_found") | ids_from(*RUN_FROM, RUN_SEEN),
     )
     def get(self, request, run_id):
         run = run_or_404(request, run_id)
@@ -397,13 +428,21 @@ class ConversationsView(APIView):
 
 
 class ConversationDetailView(APIView):
-    @extend_schema(operation_id="conversations_retrieve", responses=ConversationSerializer)
+    @extend_schema(
+        operation_id="conversations_retrieve",
+        responses=ConversationSerializer,
+        extensions=CONVERSATION_FROM,
+    )
     def get(self, request, conversation_id):
         return Response(ConversationSerializer(conversation_or_404(request, conversation_id)).data)
 
 
 class ConversationMessagesView(APIView):
-    @extend_schema(operation_id="conversations_messages", responses=MessagePageSerializer)
+    @extend_schema(
+        operation_id="conversations_messages",
+        responses=MessagePageSerializer,
+        extensions=CONVERSATION_FROM,
+    )
     def get(self, request, conversation_id):
         conversation = conversation_or_404(request, conversation_id)
         messages = selectors.conversation_messages(conversation)
@@ -419,7 +458,8 @@ class ConversationMessagesView(APIView):
             "run_finished",
             "too_many_open_runs",
             "too_many_queued_messages",
-        ),
+        )
+        | CONVERSATION_FROM,
     )
     def post(self, request, conversation_id):
         principal = principal_of(request)

@@ -9,7 +9,7 @@ from agentportal.serializers import (
     TextField,
 )
 from runs import extensions
-from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunInput
+from runs.models import AgentRun, Conversation, ConversationMessage, ErrorCode, RunEvent, RunInput
 from runs.selectors import run_pending
 
 
@@ -67,6 +67,7 @@ class RunSerializer(serializers.ModelSerializer):
     def get_pending(self, run: AgentRun) -> list[dict]:
         return PendingSerializer(run_pending(run), many=True).data
 
+    @extend_schema_field(serializers.ChoiceField(ErrorCode.choices, allow_null=True))
     def get_error_code(self, run: AgentRun) -> str | None:
         return run.error_code or None
 

@@ -167,6 +167,11 @@ class AmountField(serializers.DecimalField):
     def __init__(self, **kwargs):
         super().__init__(max_digits=10, decimal_places=2, **kwargs)
 
+    def validate_empty_values(self, data):
+        # Only null is null: DRF's DecimalField would read "" and blanks as null, which a PUT of
+        # a policy then stores as "never".
+        return serializers.Field.validate_empty_values(self, data)
+
     def to_internal_value(self, data):
         if not isinstance(data, str) or not AMOUNT.fullmatch(data):
             self.fail("invalid")

@@ -36,6 +36,8 @@ def schema_valid_request_refused(ctx, response, case):
         return None
     if case.operation.label == POLICY_UPDATE and _thresholds_out_of_order(case.body):
         return None
+    if _nul_in_keys_only(case.body):
+        return None
     raise AssertionError(
         f"The schema accepts this request, the API refused it: {problem.get('detail')} "
         f"{problem.get('errors', '')}"
@@ -55,3 +57,23 @@ def _thresholds_out_of_order(body) -> bool:
     except (KeyError, TypeError, InvalidOperation):
         return False
     return auto >= four_eyes
+
+
+def _nul_in_keys_only(body) -> bool:
+    """A NUL in a key of free JSON (a call's edited arguments): refused, as ToolArguments'
+    description says; OpenAPI 3.0 cannot state a rule of keys (no `propertyNames`)."""
+    keys, values = [], []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                keys.append(key)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, str):
+            values.append(node)
+
+    walk(body)
+    return any("\x00" in key for key in keys) and not any("\x00" in value for value in values)

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from agentportal.models import Role
+from approvals.models import ApprovalPolicy
 from tests import factories
 from tests.approvals.plan_helpers import command, exchange_run, ticket_of
 from tests.problems import assert_problem
@@ -130,3 +131,28 @@ def test_a_policy_whose_amount_field_is_not_an_amount_is_refused_by_both(demo, a
     problem = assert_problem(response, 400, "validation_error")
     assert [error["field"] for error in problem["errors"]] == ["amount_field"]
     assert schema_refuses("/api/v1/policies/{tool_name}", "put", body)
+
+
+@pytest.mark.parametrize("threshold", ["two_approvers_from", "auto_approve_up_to"])
+@pytest.mark.parametrize("empty", ["", " "])
+def test_a_policy_threshold_of_empty_text_is_refused_not_read_as_never(demo, api, threshold, empty):
+    # given an operator of the shop, and a body whose threshold is empty text (not null)
+    factories.user_create("opal", merchant=demo, role=Role.OPERATOR)
+    body = {
+        "amount_field": "amount",
+        "auto_approve_up_to": None,
+        "two_approvers_from": None,
+        "escalate_after_seconds": None,
+        threshold: empty,
+    }
+
+    # when the policy is set with it
+    response = api("opal").put(
+        "/api/v1/policies/issue_refund", json.dumps(body), content_type="application/json"
+    )
+
+    # then the API refuses it as the schema does, and no policy was written
+    problem = assert_problem(response, 400, "validation_error")
+    assert [error["field"] for error in problem["errors"]] == [threshold]
+    assert schema_refuses("/api/v1/policies/{tool_name}", "put", body)
+    assert not ApprovalPolicy.objects.exists()

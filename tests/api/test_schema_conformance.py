@@ -70,12 +70,27 @@ def schemathesis_run(
     return result
 
 
-@pytest.mark.parametrize("username", ["alice", "sam"])
+# Rate limits fuzzing stays under (wrong keys included: the checks of authentication send some).
+UNLIMITED = {
+    "AGENTPORTAL_API_RATE": "1000000/minute",
+    "AGENTPORTAL_AUTH_FAILURES_PER_MINUTE": "1000000",
+}
+# The demo's customer, a supervisor, and a service key of the shop (None).
+KEYS = ["alice", "sam", None]
+
+
+def key_of(username: str | None, demo) -> str:
+    if username is None:
+        return factories.api_key_for(None, demo, "service")
+    return factories.api_key_for(User.objects.get(username=username), demo)
+
+
+@pytest.mark.parametrize("username", KEYS)
 def test_the_api_does_what_its_schema_says(username, demo, web_server):
-    # given the product's web server, with a rate limit fuzzing stays under, and a key of the
-    # demo's customer or supervisor
-    base = web_server(AGENTPORTAL_API_RATE="1000000/minute")
-    key = factories.api_key_for(User.objects.get(username=username), demo)
+    # given the product's web server, with rate limits fuzzing stays under, and a key of the
+    # demo's customer, a supervisor or the shop's integration
+    base = web_server(**UNLIMITED)
+    key = key_of(username, demo)
 
     # when schemathesis runs every operation of the live schema
     result = schemathesis_run(
@@ -83,7 +98,7 @@ def test_the_api_does_what_its_schema_says(username, demo, web_server):
         key,
         phases="examples,coverage,fuzzing",
         max_examples=25,
-        report=f"schemathesis-{username}",
+        report=f"schemathesis-{username or 'service'}",
     )
 
     # then every case passed, and there were cases
@@ -113,16 +128,16 @@ def _waiting_work(demo) -> None:
     plans.plan_reconcile(run_id=reviewed.run_id)
 
 
-@pytest.mark.parametrize("username", ["alice", "sam"])
+@pytest.mark.parametrize("username", KEYS)
 def test_the_stateful_phase_follows_the_links_to_real_runs_approvals_and_tickets(
     username, demo, web_server
 ):
     # given runs waiting for people, the product's web server and a key of the demo's
-    # customer or supervisor
+    # customer, a supervisor or the shop's integration
     _waiting_work(demo)
     before = _decided()
-    base = web_server(AGENTPORTAL_API_RATE="1000000/minute")
-    key = factories.api_key_for(User.objects.get(username=username), demo)
+    base = web_server(**UNLIMITED)
+    key = key_of(username, demo)
 
     # when schemathesis chains operations along the schema's links (bounded: ~1 minute)
     result = schemathesis_run(
@@ -130,7 +145,7 @@ def test_the_stateful_phase_follows_the_links_to_real_runs_approvals_and_tickets
         key,
         phases="stateful",
         max_examples=30,
-        report=f"schemathesis-stateful-{username}",
+        report=f"schemathesis-stateful-{username or 'service'}",
         hooks="stateful",
     )
 

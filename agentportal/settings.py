@@ -209,17 +209,29 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and WEB_PRO
         **DATABASES["default"].get("OPTIONS", {}),
     }
 
-# One cache every web node shares: the rate limits count in it.
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
-        "LOCATION": "agentportal_cache",
-        # Past MAX_ENTRIES the cache drops a third of its rows, live ones too: open streams'
-        # slots and rate-limit counts would be forgotten. `maintain` deletes the expired rows
-        # instead, so the table holds what is live.
-        "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+# One cache every web node shares: the rate limits and sign-in attempts count in it, event
+# streams hold their slots and pages their viewers there. Redis when AGENTPORTAL_CACHE_URL
+# names one (each count one increment there, off the database), else the database's table.
+CACHE_URL = os.environ.get("AGENTPORTAL_CACHE_URL", "")
+if CACHE_URL:
+    if not CACHE_URL.startswith(("redis://", "rediss://")):
+        raise ImproperlyConfigured(
+            f"AGENTPORTAL_CACHE_URL must be a redis:// or rediss:// URL, not {CACHE_URL!r}."
+        )
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
     }
-}
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "agentportal_cache",
+            # Past MAX_ENTRIES the cache drops a third of its rows, live ones too: open streams'
+            # slots and rate-limit counts would be forgotten. `maintain` deletes the expired rows
+            # instead, so the table holds what is live.
+            "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+        }
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -235,6 +235,8 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's, but the password is hashed without a database connection held (agentportal.backends).
+AUTHENTICATION_BACKENDS = ["agentportal.backends.PasswordBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

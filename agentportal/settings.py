@@ -198,14 +198,11 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
         **DATABASES["default"].get("OPTIONS", {}),
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and WEB_PROCESS:
+    WEB_DB_POOL = env_count("AGENTPORTAL_WEB_DB_POOL", 20)
     DATABASES["default"]["OPTIONS"] = {
         # A request waits at most 3 s for a connection (the database away, or every one in
         # use), then is answered 503 with Retry-After.
-        "pool": {
-            "min_size": 2,
-            "max_size": env_count("AGENTPORTAL_WEB_DB_POOL", 20),
-            "timeout": 3,
-        },
+        "pool": {"min_size": min(2, WEB_DB_POOL), "max_size": WEB_DB_POOL, "timeout": 3},
         **DATABASES["default"].get("OPTIONS", {}),
     }
 

@@ -20,7 +20,7 @@ class LoginAttempts:
     def __init__(self, request, username: str) -> None:
         address = client_address(request) if request is not None else ""
         self.counter = WindowCounter(
-            counter_key("login-failures", username.strip(), address),
+            counter_key("login-attempts", username.strip(), address),
             settings.AGENTPORTAL["LOGIN_LOCK_SECONDS"],
         )
 

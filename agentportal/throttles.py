@@ -41,7 +41,7 @@ class AuthFailures:
 
     def __init__(self, request) -> None:
         self.counter = WindowCounter(
-            counter_key("auth-failures", client_address(request)), self.window
+            counter_key("wrong-keys", client_address(request)), self.window
         )
 
     def record_and_check(self) -> None:

@@ -183,7 +183,7 @@ def test_sams_changes_count_as_his_approval_and_sue_approves_them(large_refund):
     page = _page(sue, large_refund)
     assert "1 of 2 approvals: sam (with changes)" in row
     assert "<h2>Changed by sam, waiting for another approval</h2>" in page
-    assert "Approve sam&#x27;s changes</button>" in page
+    assert "Approve sam&#x27;s changes: 350.00 EUR</button>" in page
     assert 'name="arg-amount" value="350.00"' in page
     # the warnings judge what she would approve: alice asked for 500
     assert "The customer never wrote 350.00 in their messages" in page

@@ -7,6 +7,8 @@ import dj_database_url
 from csp import constants as csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
+from agentportal.secret_key import secret_key_checked
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -38,24 +40,13 @@ def env_count(name: str, default: int) -> int:
 
 DEBUG = env_bool("DJANGO_DEBUG")
 
-# The key that signs sessions, CSRF tokens and django-q2's queued tasks. A known key lets
-# anyone who can write a queue row run code in the worker, so there is no default: the
-# environment gives it, or the demo's own random key (made once by `make demo`, git-ignored).
+# The demo's own random key (made once by `make demo`, git-ignored), read only with DEBUG on.
 DEMO_SECRET_KEY_FILE = Path(
     os.environ.get("AGENTPORTAL_DEMO_SECRET_KEY_FILE") or BASE_DIR / ".demo-secret-key"
 )
-KNOWN_KEYS = {"", "agentportal-insecure-development-key"}
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
-if not SECRET_KEY and DEMO_SECRET_KEY_FILE.exists():
-    SECRET_KEY = DEMO_SECRET_KEY_FILE.read_text().strip()
-if SECRET_KEY in KNOWN_KEYS:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY is not set: set it to a long random secret (or run `make demo`, "
-            "which makes one for the demo)."
-        )
-    # Development only (DEBUG on): one key every process of the checkout shares.
-    SECRET_KEY = "agentportal-debug-only-key"
+SECRET_KEY = secret_key_checked(
+    given=os.environ.get("DJANGO_SECRET_KEY", ""), debug=DEBUG, demo_file=DEMO_SECRET_KEY_FILE
+)
 ALLOWED_HOSTS = [
     host.strip()
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")

@@ -5,7 +5,8 @@ from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 
-from agentportal.counters import WindowCounter, client_address, counter_key
+from agentportal.counters import WindowCounter, counter_key
+from agentportal.proxies import client_address
 
 
 class LoginAttempts:

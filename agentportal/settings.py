@@ -7,6 +7,7 @@ import dj_database_url
 from csp import constants as csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
+from agentportal.proxies import trusted_proxies_parse
 from agentportal.secret_key import secret_key_checked
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -340,9 +341,9 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
-    # How many proxies in front of the web server append to X-Forwarded-For (0: none, and a
-    # client's own header is ignored); one behind AGENTPORTAL_HTTPS unless said otherwise.
-    "TRUSTED_PROXIES": env_int("AGENTPORTAL_TRUSTED_PROXIES", 1 if HTTPS else 0),
+    # The proxies (addresses or networks) that may say who the client is in X-Forwarded-For,
+    # to the web server and to Django alike; none by default, so every such header is ignored.
+    "TRUSTED_PROXIES": trusted_proxies_parse(os.environ.get("AGENTPORTAL_TRUSTED_PROXIES", "")),
     # Failed sign-ins per user name and address before that pair waits out the window.
     "LOGIN_FAILURES": env_int("AGENTPORTAL_LOGIN_FAILURES", 5),
     "LOGIN_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),

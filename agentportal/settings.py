@@ -347,6 +347,9 @@ AGENTPORTAL = {
     # Failed sign-ins per user name and address before that pair waits out the window.
     "LOGIN_FAILURES": env_int("AGENTPORTAL_LOGIN_FAILURES", 5),
     "LOGIN_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),
+    # Failed sign-ins per user name from any address before the name waits out its window.
+    "LOGIN_FAILURES_PER_NAME": env_int("AGENTPORTAL_LOGIN_FAILURES_PER_NAME", 20),
+    "LOGIN_NAME_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_NAME_LOCK_SECONDS", 3600),
     # Requests per API key (per address without one), and wrong keys per address a minute.
     "API_RATE": os.environ.get("AGENTPORTAL_API_RATE", "600/minute"),
     "AUTH_FAILURES_PER_MINUTE": env_int("AGENTPORTAL_AUTH_FAILURES_PER_MINUTE", 20),

@@ -109,6 +109,21 @@ def test_behind_a_trusted_proxy_the_address_it_saw_is_the_clients(sam, web_serve
     assert status == 302
 
 
+def test_behind_a_trusted_proxy_changing_address_gains_little(sam, web_server):
+    # given the web server behind a proxy on 127.0.0.1
+    base = web_server(AGENTPORTAL_TRUSTED_PROXIES="127.0.0.1")
+
+    # when 20 wrong passwords for sam come from five clients, four each (none of them locked)
+    for address in range(5):
+        for guess in range(4):
+            status, page = _sign_in(base, f"g{guess}", forwarded_for=f"203.0.113.{address}")
+            assert status == 200 and LOCKED not in page
+
+    # then the name waits, whichever address the right password comes from
+    status, page = _sign_in(base, "demo", forwarded_for="198.51.100.7")
+    assert LOCKED in page
+
+
 @pytest.mark.parametrize(
     ("peer", "forwarded_for", "seen"),
     [

@@ -82,7 +82,7 @@ def test_with_no_proxy_trusted_a_forwarded_for_header_changes_nobodys_address(sa
     assert LOCKED in page
 
 
-def test_with_no_proxy_trusted_wrong_api_keys_are_counted_on_the_connection(sam, web_server):
+def test_with_no_proxy_trusted_wrong_api_keys_are_counted_on_the_connection(web_server):
     base = web_server(AGENTPORTAL_AUTH_FAILURES_PER_MINUTE="3")
 
     answers = [

@@ -5,31 +5,46 @@ from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 
-from agentportal.counters import WindowCounter, client_address, counter_key
+from agentportal.counters import WindowCounter, counter_key
+from agentportal.proxies import client_address
 
 
 class LoginAttempts:
     """Failed sign-ins per user name and address: past AGENTPORTAL_LOGIN_FAILURES (default 5)
     in AGENTPORTAL_LOGIN_LOCK_SECONDS, that pair is refused until the window passes, even
-    with the right password."""
+    with the right password. Per name across addresses too, a slower limit
+    (AGENTPORTAL_LOGIN_FAILURES_PER_NAME, default 20 in AGENTPORTAL_LOGIN_NAME_LOCK_SECONDS,
+    an hour), so that changing address gains a guesser little."""
 
     def __init__(self, request, username: str) -> None:
         address = client_address(request) if request is not None else ""
         self.counter = WindowCounter(
             counter_key("login-failures", username.strip(), address), self.window()
         )
+        self.name_counter = WindowCounter(
+            counter_key("login-failures-name", username.strip()),
+            settings.AGENTPORTAL["LOGIN_NAME_LOCK_SECONDS"],
+        )
 
     @staticmethod
     def window() -> int:
         return settings.AGENTPORTAL["LOGIN_LOCK_SECONDS"]
 
-    def locked(self) -> bool:
-        return self.counter.count() >= settings.AGENTPORTAL["LOGIN_FAILURES"]
+    def locked_for(self) -> int:
+        """The window of the limit that is reached, in seconds; 0 when none is."""
+        if self.name_counter.count() >= settings.AGENTPORTAL["LOGIN_FAILURES_PER_NAME"]:
+            return self.name_counter.window
+        if self.counter.count() >= settings.AGENTPORTAL["LOGIN_FAILURES"]:
+            return self.window()
+        return 0
 
     def failed(self) -> None:
         self.counter.add()
+        self.name_counter.add()
 
     def clear(self) -> None:
+        # The name's count runs its window out: a guesser's failures before the owner signed
+        # in still count against the name.
         self.counter.clear()
 
 
@@ -38,8 +53,8 @@ class _Throttled:
 
     def clean(self):
         attempts = LoginAttempts(self.request, str(self.data.get("username", "")))
-        if attempts.locked():
-            minutes = max(1, round(attempts.window() / 60))
+        if locked_for := attempts.locked_for():
+            minutes = max(1, round(locked_for / 60))
             raise forms.ValidationError(
                 f"Too many attempts; try again in {minutes} minutes.", code="throttled"
             )

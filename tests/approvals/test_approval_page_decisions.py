@@ -7,27 +7,17 @@ import json
 import re
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Refund, args_digest
 from runs import worker
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.pages import page_text, signed_in
 
 pytestmark = pytest.mark.django_db
 
 APPROVE_BUTTON = 'name="action" value="approve"'
 REVISE_BUTTON = 'name="action" value="revise"'
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
-
-
-def _text(response) -> str:
-    return re.sub(r"\s+", " ", response.content.decode())
 
 
 def _path(approval: Approval) -> str:
@@ -45,7 +35,7 @@ def _typed(amount: str, order: str = "ORD-1003", reason: str = "customer request
 def _post(client: Client, approval: Approval, body: dict) -> str:
     response = client.post(_path(approval), body, follow=True)
     assert response.status_code == 200
-    return _text(response)
+    return page_text(response)
 
 
 def _nothing_recorded(approval: Approval, *, votes: int = 0) -> None:
@@ -62,9 +52,9 @@ def revised_under_sue(demo) -> tuple[Approval, str]:
     policy_set(demo, two_approvers_from="40.00")
     big_order(demo, total="9000.00")
     approval = approval_of(refund_run(demo, "45", order="ORD-9001"))
-    sue_page = _text(_signed_in("sue").get(_path(approval)))
+    sue_page = page_text(signed_in("sue").get(_path(approval)))
     _post(
-        _signed_in("sam"),
+        signed_in("sam"),
         approval,
         {
             "action": "revise",
@@ -84,7 +74,7 @@ def test_an_approve_from_a_page_drawn_before_a_revision_shows_the_change_and_no_
     revised_under_sue,
 ):
     approval, sue_page = revised_under_sue
-    sue = _signed_in("sue")
+    sue = signed_in("sue")
 
     # when sue presses approve on the page she loaded before sam's revision
     page = _post(
@@ -111,7 +101,7 @@ def test_an_approve_from_a_page_drawn_before_a_revision_shows_the_change_and_no_
     assert APPROVE_BUTTON not in page
 
     # when she reloads, the page is the normal one for the new arguments
-    reloaded = _text(sue.get(_path(approval)))
+    reloaded = page_text(sue.get(_path(approval)))
     assert APPROVE_BUTTON in reloaded
     assert "Approve sam&#x27;s changes: 4000.00 EUR</button>" in reloaded
     assert "while you were looking" not in reloaded
@@ -122,7 +112,7 @@ def test_a_change_of_another_tools_arguments_is_said_without_an_amount(revised_u
     Approval.objects.filter(pk=approval.pk).update(tool_name="custom_tool")
 
     page = _post(
-        _signed_in("sue"),
+        signed_in("sue"),
         approval,
         {
             "action": "approve",
@@ -143,7 +133,7 @@ def test_an_approve_from_an_admin_page_drawn_before_a_revision_shows_the_change(
     url = f"/admin/approvals/approval/{approval.pk}/decide/"
 
     # when sue sends the admin's decide page she loaded before sam's revision: approve 45.00
-    response = _signed_in("sue").post(
+    response = signed_in("sue").post(
         url,
         {
             "decision": "approve",
@@ -153,7 +143,7 @@ def test_an_approve_from_an_admin_page_drawn_before_a_revision_shows_the_change(
     )
 
     # then nothing is recorded, and the page says so and shows the new arguments
-    page = _text(response)
+    page = page_text(response)
     assert response.status_code == 200
     # (the admin capitalises its messages)
     assert "Sam changed this to 4000.00 EUR while you were looking." in page
@@ -166,7 +156,7 @@ def test_an_admin_approve_with_edited_arguments_approves_nothing(demo):
     approval = approval_of(refund_run(demo, "20"))
     edited = {**approval.proposed_args, "amount": "5.00"}
 
-    response = _signed_in("sam").post(
+    response = signed_in("sam").post(
         f"/admin/approvals/approval/{approval.pk}/decide/",
         {
             "decision": "approve",
@@ -176,7 +166,7 @@ def test_an_admin_approve_with_edited_arguments_approves_nothing(demo):
     )
 
     assert response.status_code == 200
-    assert "You changed the arguments: pick Revise to approve your changes" in _text(response)
+    assert "You changed the arguments: pick Revise to approve your changes" in page_text(response)
     _nothing_recorded(approval)
 
 
@@ -185,8 +175,8 @@ def test_an_admin_approve_with_edited_arguments_approves_nothing(demo):
 
 def test_an_approve_sent_with_edited_arguments_approves_nothing_and_keeps_the_edit(demo):
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
-    shown = _text(sam.get(_path(approval)))
+    sam = signed_in("sam")
+    shown = page_text(sam.get(_path(approval)))
 
     # when the typed form is sent with 5 in the amount and the approve (a page without script)
     page = _post(
@@ -203,9 +193,9 @@ def test_an_approve_sent_with_edited_arguments_approves_nothing_and_keeps_the_ed
 
 def test_the_buttons_say_what_each_executes_and_review_is_the_forms_first(demo):
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
-    page = _text(sam.get(_path(approval)))
+    page = page_text(sam.get(_path(approval)))
 
     # Enter in a field presses its form's first button: reviewing, never approving
     typed_form = _form(page, "typed-form")
@@ -245,8 +235,8 @@ def _fields(form_html: str) -> dict:
 def test_a_revision_over_what_is_refundable_is_warned_and_cannot_be_approved(demo):
     # given a 20.00 refund on alice's 59.00 ORD-1003
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
-    digest = _shown_digest(_text(sam.get(_path(approval))))
+    sam = signed_in("sam")
+    digest = _shown_digest(page_text(sam.get(_path(approval))))
 
     # when sam reviews 1000.00
     preview = _post(sam, approval, {"action": "preview", "args_digest": digest, **_typed("1000")})
@@ -268,8 +258,8 @@ def test_a_revision_over_what_is_refundable_is_warned_and_cannot_be_approved(dem
 
 def test_a_revision_the_customer_asked_for_has_nothing_to_warn_about(demo):
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
-    digest = _shown_digest(_text(sam.get(_path(approval))))
+    sam = signed_in("sam")
+    digest = _shown_digest(page_text(sam.get(_path(approval))))
 
     preview = _post(sam, approval, {"action": "preview", "args_digest": digest, **_typed("20.00")})
 
@@ -279,9 +269,9 @@ def test_a_revision_the_customer_asked_for_has_nothing_to_warn_about(demo):
 
 def test_the_order_is_picked_from_the_customers_own_orders(demo):
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
-    page = _text(sam.get(_path(approval)))
+    page = page_text(sam.get(_path(approval)))
 
     picker = re.search(r'<select name="arg-order_id"[^>]*>(.*?)</select>', page).group(1)
     assert re.findall(r'<option value="([^"]+)"', picker) == [
@@ -297,8 +287,8 @@ def test_the_order_is_picked_from_the_customers_own_orders(demo):
 
 def test_a_revision_to_another_customers_order_is_refused_in_the_typed_form(demo):
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
-    digest = _shown_digest(_text(sam.get(_path(approval))))
+    sam = signed_in("sam")
+    digest = _shown_digest(page_text(sam.get(_path(approval))))
 
     # when bob's order is sent as the order of alice's refund
     refused = _post(
@@ -312,8 +302,8 @@ def test_a_revision_to_another_customers_order_is_refused_in_the_typed_form(demo
 
 def test_a_revision_to_another_customers_order_is_refused_in_the_json_editor(demo):
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
-    digest = _shown_digest(_text(sam.get(_path(approval))))
+    sam = signed_in("sam")
+    digest = _shown_digest(page_text(sam.get(_path(approval))))
     revised = {"tool_args": json.dumps({**approval.proposed_args, "order_id": "ORD-2001"})}
 
     preview = _post(sam, approval, {"action": "preview", "args_digest": digest, **revised})

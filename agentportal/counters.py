@@ -1,5 +1,4 @@
-"""Counts of attempts over a fixed window, per client, in the cache every web node shares;
-and the client's address, the same way for every count."""
+"""Counts of attempts over a fixed window, per client, in the cache every web node shares."""
 
 import hashlib
 import random
@@ -7,25 +6,11 @@ import unicodedata
 from datetime import timedelta
 from typing import NamedTuple
 
-from django.conf import settings
 from django.core.cache import cache, caches
 from django.core.cache.backends.db import DatabaseCache
 from django.core.cache.backends.redis import RedisCache
 from django.db import connections, models, router
 from django.utils import timezone
-
-
-def client_address(request) -> str:
-    """The client's address: the one AGENTPORTAL_TRUSTED_PROXIES proxies in front of this
-    server put in X-Forwarded-For, or the connection's own when there are none (a client's
-    own X-Forwarded-For is then ignored: it could say anything)."""
-    proxies = settings.AGENTPORTAL["TRUSTED_PROXIES"]
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if proxies and forwarded:
-        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-        if hops:
-            return hops[-min(proxies, len(hops))]
-    return request.META.get("REMOTE_ADDR", "")
 
 
 def counter_key(kind: str, *parts: str) -> str:

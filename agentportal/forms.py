@@ -7,15 +7,19 @@ from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 
-from agentportal.counters import WindowCounter, client_address, counter_key
+from agentportal.counters import WindowCounter, counter_key
+from agentportal.proxies import client_address
 
 
 class LoginAttempts:
-    """Sign-ins per user name and address: each one with a password takes one of
-    AGENTPORTAL_LOGIN_FAILURES (default 5) attempts of AGENTPORTAL_LOGIN_LOCK_SECONDS *before*
-    its password is checked, so that sign-ins arriving together cannot all be checked; past
-    them that pair is refused unchecked until the window passes, even with the right
-    password. A sign-in that succeeds gives the attempts back."""
+    """Sign-ins per user name and address, and per user name across addresses: each one with
+    a password takes an attempt of both *before* its password is checked, so that sign-ins
+    arriving together cannot all be checked. Past AGENTPORTAL_LOGIN_FAILURES (default 5) in
+    AGENTPORTAL_LOGIN_LOCK_SECONDS for the pair, or the slower
+    AGENTPORTAL_LOGIN_FAILURES_PER_NAME (default 20) in AGENTPORTAL_LOGIN_NAME_LOCK_SECONDS (an
+    hour) for the name, so that changing address gains a guesser little, the sign-in is
+    refused unchecked until the window passes, even with the right password. A sign-in that
+    succeeds gives its attempts back."""
 
     def __init__(self, request, username: str) -> None:
         address = client_address(request) if request is not None else ""
@@ -23,16 +27,25 @@ class LoginAttempts:
             counter_key("login-attempts", username.strip(), address),
             settings.AGENTPORTAL["LOGIN_LOCK_SECONDS"],
         )
+        self.name_counter = WindowCounter(
+            counter_key("login-attempts-name", username.strip()),
+            settings.AGENTPORTAL["LOGIN_NAME_LOCK_SECONDS"],
+        )
 
     def reserve(self) -> float | None:
         """None when this attempt may check its password; else the seconds left to wait."""
-        count = self.counter.add()
-        if count.number <= settings.AGENTPORTAL["LOGIN_FAILURES"]:
-            return None
-        return count.seconds_left
+        for counter, limit in (
+            (self.counter, settings.AGENTPORTAL["LOGIN_FAILURES"]),
+            (self.name_counter, settings.AGENTPORTAL["LOGIN_FAILURES_PER_NAME"]),
+        ):
+            count = counter.add()
+            if count.number > limit:
+                return count.seconds_left
+        return None
 
     def clear(self) -> None:
         self.counter.clear()
+        self.name_counter.clear()
 
 
 class _Throttled:

@@ -7,6 +7,9 @@ import dj_database_url
 from csp import constants as csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
+from agentportal.proxies import trusted_proxies_parse
+from agentportal.secret_key import secret_key_checked
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -38,24 +41,13 @@ def env_count(name: str, default: int) -> int:
 
 DEBUG = env_bool("DJANGO_DEBUG")
 
-# The key that signs sessions, CSRF tokens and django-q2's queued tasks. A known key lets
-# anyone who can write a queue row run code in the worker, so there is no default: the
-# environment gives it, or the demo's own random key (made once by `make demo`, git-ignored).
+# The demo's own random key (made once by `make demo`, git-ignored), read only with DEBUG on.
 DEMO_SECRET_KEY_FILE = Path(
     os.environ.get("AGENTPORTAL_DEMO_SECRET_KEY_FILE") or BASE_DIR / ".demo-secret-key"
 )
-KNOWN_KEYS = {"", "agentportal-insecure-development-key"}
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
-if not SECRET_KEY and DEMO_SECRET_KEY_FILE.exists():
-    SECRET_KEY = DEMO_SECRET_KEY_FILE.read_text().strip()
-if SECRET_KEY in KNOWN_KEYS:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY is not set: set it to a long random secret (or run `make demo`, "
-            "which makes one for the demo)."
-        )
-    # Development only (DEBUG on): one key every process of the checkout shares.
-    SECRET_KEY = "agentportal-debug-only-key"
+SECRET_KEY = secret_key_checked(
+    given=os.environ.get("DJANGO_SECRET_KEY", ""), debug=DEBUG, demo_file=DEMO_SECRET_KEY_FILE
+)
 ALLOWED_HOSTS = [
     host.strip()
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
@@ -360,12 +352,15 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
-    # How many proxies in front of the web server append to X-Forwarded-For (0: none, and a
-    # client's own header is ignored); one behind AGENTPORTAL_HTTPS unless said otherwise.
-    "TRUSTED_PROXIES": env_int("AGENTPORTAL_TRUSTED_PROXIES", 1 if HTTPS else 0),
+    # The proxies (addresses or networks) that may say who the client is in X-Forwarded-For,
+    # to the web server and to Django alike; none by default, so every such header is ignored.
+    "TRUSTED_PROXIES": trusted_proxies_parse(os.environ.get("AGENTPORTAL_TRUSTED_PROXIES", "")),
     # Failed sign-ins per user name and address before that pair waits out the window.
     "LOGIN_FAILURES": env_int("AGENTPORTAL_LOGIN_FAILURES", 5),
     "LOGIN_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),
+    # Failed sign-ins per user name from any address before the name waits out its window.
+    "LOGIN_FAILURES_PER_NAME": env_int("AGENTPORTAL_LOGIN_FAILURES_PER_NAME", 20),
+    "LOGIN_NAME_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_NAME_LOCK_SECONDS", 3600),
     # Requests per API key (per address without one), and wrong keys per address a minute.
     "API_RATE": os.environ.get("AGENTPORTAL_API_RATE", "600/minute"),
     "AUTH_FAILURES_PER_MINUTE": env_int("AGENTPORTAL_AUTH_FAILURES_PER_MINUTE", 20),

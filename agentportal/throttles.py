@@ -5,8 +5,9 @@ from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
-from agentportal.counters import WindowCounter, client_address, counter_key
+from agentportal.counters import WindowCounter, counter_key
 from agentportal.principals import Principal
+from agentportal.proxies import client_address
 
 
 class ApiKeyRateThrottle(SimpleRateThrottle):

@@ -3,8 +3,12 @@ serves many requests and event streams at once on its event loop (a stream waits
 a thread), and gunicorn replaces a worker process that dies.
 
 `manage.py runportal --role web` starts it with these settings; to run it by hand:
-`gunicorn -c python:agentportal.gunicorn_conf --bind 0.0.0.0:8000 --workers 4`.
+`gunicorn -c python:agentportal.gunicorn_conf --bind 10.0.0.11:8000 --workers 4`.
 """
+
+import os
+
+from agentportal.proxies import trusted_proxies_parse
 
 wsgi_app = "agentportal.asgi:application"
 worker_class = "uvicorn_worker.UvicornWorker"
@@ -18,6 +22,11 @@ timeout = 30
 # within 30 s and clients reconnect).
 graceful_timeout = 10
 keepalive = 5
+# Only these peers' X-Forwarded-For (and -Proto) are believed; uvicorn would otherwise take them
+# from any client on loopback (gunicorn's default), and with nothing set here it takes none.
+forwarded_allow_ips = ",".join(
+    trusted_proxies_parse(os.environ.get("AGENTPORTAL_TRUSTED_PROXIES", ""))
+)
 # The portal does not use gunicorn's control interface, whose socket would be one path for all
 # the servers on a machine.
 control_socket_disable = True

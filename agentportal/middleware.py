@@ -8,7 +8,9 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from agentportal.problems import (
     DATABASE_AWAY,
     RETRY_AFTER_DATABASE_AWAY,
+    RETRY_AFTER_POOL_BUSY,
     database_away_response,
+    pool_busy,
     problem_response,
 )
 
@@ -61,10 +63,12 @@ class DatabaseAwayMiddleware:
             return None
         if request.path.startswith("/api/"):
             return database_away_response(request, exception)
-        response = HttpResponse(
-            "The portal cannot reach its database just now. Try again in a few seconds.",
-            status=503,
-            content_type="text/plain; charset=utf-8",
-        )
-        response["Retry-After"] = str(RETRY_AFTER_DATABASE_AWAY)
+        if pool_busy(exception):
+            text = "The portal is busy just now. Try again in a second."
+            retry_after = RETRY_AFTER_POOL_BUSY
+        else:
+            text = "The portal cannot reach its database just now. Try again in a few seconds."
+            retry_after = RETRY_AFTER_DATABASE_AWAY
+        response = HttpResponse(text, status=503, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = str(retry_after)
         return response

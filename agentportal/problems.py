@@ -3,13 +3,17 @@
 import json
 import logging
 import math
+import time
 from datetime import UTC
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
 from django.http import Http404, HttpRequest, HttpResponse
+from psycopg_pool import PoolTimeout
 from rest_framework import exceptions
 
 from agentportal import errors
@@ -281,13 +285,45 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse:
 
 
 # What Django raises when the database cannot be reached or stops answering (a restart, a
-# failover, a full connection pool): the request may succeed if sent again in a moment.
+# failover), or when every connection of the web process's pool stayed in use while a request
+# waited for one: the request may succeed if sent again in a moment.
 DATABASE_AWAY = (OperationalError, InterfaceError)
 RETRY_AFTER_DATABASE_AWAY = 5
+RETRY_AFTER_POOL_BUSY = 1
+
+
+# When this process last got a database connection: a pool that cannot connect times out
+# the same way as one whose connections are all in use, and only the latter got any lately.
+_connected_at = -math.inf
+CONNECTED_LATELY_SECONDS = 15
+
+
+@receiver(connection_created)
+def _connected(**kwargs) -> None:
+    global _connected_at
+    _connected_at = time.monotonic()
+
+
+def pool_busy(error: Exception) -> bool:
+    """The database answers, but the pool had no connection free for the whole wait."""
+    return (
+        isinstance(error.__cause__, PoolTimeout)
+        and time.monotonic() - _connected_at < CONNECTED_LATELY_SECONDS
+    )
 
 
 def database_away_response(request: HttpRequest | None, error: Exception) -> HttpResponse:
-    logger.warning("database unavailable during %s: %s", request.path if request else "?", error)
+    path = request.path if request else "?"
+    if pool_busy(error):
+        logger.warning("every pooled database connection in use during %s", path)
+        return problem_response(
+            request,
+            503,
+            "service_unavailable",
+            "The service is busy just now; try again in a second.",
+            headers={"Retry-After": str(RETRY_AFTER_POOL_BUSY)},
+        )
+    logger.warning("database unavailable during %s: %s", path, error)
     return problem_response(
         request,
         503,

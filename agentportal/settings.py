@@ -7,6 +7,9 @@ import dj_database_url
 from csp import constants as csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
+from agentportal.proxies import trusted_proxies_parse
+from agentportal.secret_key import secret_key_checked
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -38,24 +41,13 @@ def env_count(name: str, default: int) -> int:
 
 DEBUG = env_bool("DJANGO_DEBUG")
 
-# The key that signs sessions, CSRF tokens and django-q2's queued tasks. A known key lets
-# anyone who can write a queue row run code in the worker, so there is no default: the
-# environment gives it, or the demo's own random key (made once by `make demo`, git-ignored).
+# The demo's own random key (made once by `make demo`, git-ignored), read only with DEBUG on.
 DEMO_SECRET_KEY_FILE = Path(
     os.environ.get("AGENTPORTAL_DEMO_SECRET_KEY_FILE") or BASE_DIR / ".demo-secret-key"
 )
-KNOWN_KEYS = {"", "agentportal-insecure-development-key"}
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
-if not SECRET_KEY and DEMO_SECRET_KEY_FILE.exists():
-    SECRET_KEY = DEMO_SECRET_KEY_FILE.read_text().strip()
-if SECRET_KEY in KNOWN_KEYS:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY is not set: set it to a long random secret (or run `make demo`, "
-            "which makes one for the demo)."
-        )
-    # Development only (DEBUG on): one key every process of the checkout shares.
-    SECRET_KEY = "agentportal-debug-only-key"
+SECRET_KEY = secret_key_checked(
+    given=os.environ.get("DJANGO_SECRET_KEY", ""), debug=DEBUG, demo_file=DEMO_SECRET_KEY_FILE
+)
 ALLOWED_HOSTS = [
     host.strip()
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
@@ -198,31 +190,42 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
         **DATABASES["default"].get("OPTIONS", {}),
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and WEB_PROCESS:
+    WEB_DB_POOL = env_count("AGENTPORTAL_WEB_DB_POOL", 20)
     DATABASES["default"]["OPTIONS"] = {
         # A request waits at most 3 s for a connection (the database away, or every one in
         # use), then is answered 503 with Retry-After.
-        "pool": {
-            "min_size": 2,
-            "max_size": env_count("AGENTPORTAL_WEB_DB_POOL", 20),
-            "timeout": 3,
-        },
+        "pool": {"min_size": min(2, WEB_DB_POOL), "max_size": WEB_DB_POOL, "timeout": 3},
         **DATABASES["default"].get("OPTIONS", {}),
     }
 
-# One cache every web node shares: the rate limits count in it.
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
-        "LOCATION": "agentportal_cache",
-        # Past MAX_ENTRIES the cache drops a third of its rows, live ones too: open streams'
-        # slots and rate-limit counts would be forgotten. `maintain` deletes the expired rows
-        # instead, so the table holds what is live.
-        "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+# One cache every web node shares: the rate limits and sign-in attempts count in it, event
+# streams hold their slots and pages their viewers there. Redis when AGENTPORTAL_CACHE_URL
+# names one (each count one increment there, off the database), else the database's table.
+CACHE_URL = os.environ.get("AGENTPORTAL_CACHE_URL", "")
+if CACHE_URL:
+    if not CACHE_URL.startswith(("redis://", "rediss://")):
+        raise ImproperlyConfigured(
+            f"AGENTPORTAL_CACHE_URL must be a redis:// or rediss:// URL, not {CACHE_URL!r}."
+        )
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
     }
-}
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "agentportal_cache",
+            # Past MAX_ENTRIES the cache drops a third of its rows, live ones too: open streams'
+            # slots and rate-limit counts would be forgotten. `maintain` deletes the expired rows
+            # instead, so the table holds what is live.
+            "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+        }
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's, but the password is hashed without a database connection held (agentportal.backends).
+AUTHENTICATION_BACKENDS = ["agentportal.backends.PasswordBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -349,12 +352,15 @@ AGENTPORTAL = {
     # Webhooks to http:// and to loopback or private addresses (a local test receiver).
     "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
     "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
-    # How many proxies in front of the web server append to X-Forwarded-For (0: none, and a
-    # client's own header is ignored); one behind AGENTPORTAL_HTTPS unless said otherwise.
-    "TRUSTED_PROXIES": env_int("AGENTPORTAL_TRUSTED_PROXIES", 1 if HTTPS else 0),
+    # The proxies (addresses or networks) that may say who the client is in X-Forwarded-For,
+    # to the web server and to Django alike; none by default, so every such header is ignored.
+    "TRUSTED_PROXIES": trusted_proxies_parse(os.environ.get("AGENTPORTAL_TRUSTED_PROXIES", "")),
     # Failed sign-ins per user name and address before that pair waits out the window.
     "LOGIN_FAILURES": env_int("AGENTPORTAL_LOGIN_FAILURES", 5),
     "LOGIN_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),
+    # Failed sign-ins per user name from any address before the name waits out its window.
+    "LOGIN_FAILURES_PER_NAME": env_int("AGENTPORTAL_LOGIN_FAILURES_PER_NAME", 20),
+    "LOGIN_NAME_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_NAME_LOCK_SECONDS", 3600),
     # Requests per API key (per address without one), and wrong keys per address a minute.
     "API_RATE": os.environ.get("AGENTPORTAL_API_RATE", "600/minute"),
     "AUTH_FAILURES_PER_MINUTE": env_int("AGENTPORTAL_AUTH_FAILURES_PER_MINUTE", 20),

@@ -12,37 +12,39 @@ PROCESS_FRESH = timedelta(seconds=10)  # a process executing runs reports every 
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
+    """Whether the portal can serve: the database, the worker's beat, the queue. Anyone (a
+    proxy, a probe) gets those and a coarse reason; which shops stall and which processes run
+    where are for a signed-in superuser (and /metrics), not for whoever can reach the node."""
     from runs.models import WorkerHeartbeat
     from runs.selectors import queues_stalled
 
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        database = "ok"
     except Exception:
         return JsonResponse({"database": "down", "worker": "unknown"}, status=503)
     now = timezone.now()
     beat = WorkerHeartbeat.objects.filter(name="worker").first()
-    worker = "ok" if beat and now - beat.seen_at < WORKER_FRESH else "stale"
-    # Each worker process executing runs now: what it holds, and its model endpoints' queues.
-    processes = WorkerHeartbeat.objects.filter(
-        name__startswith="process:", seen_at__gte=now - PROCESS_FRESH
-    ).order_by("name")
     stalled = queues_stalled(now)
     body = {
-        "database": database,
-        "worker": worker,
-        "worker_processes": [{"name": p.name, **p.report} for p in processes],
+        "database": "ok",
+        "worker": "ok" if beat and now - beat.seen_at < WORKER_FRESH else "stale",
+        "queue": "stalled" if stalled else "ok",
     }
     if stalled:
-        body["queue"] = "stalled"
         body["reason"] = (
-            f"Runs have waited over a minute in {len(stalled)} shop(s) with room "
-            f"({', '.join(stalled[:5])}) and no worker took one: are the workers running?"
+            "Runs have waited over a minute in a shop with room and no worker took one: are "
+            "the workers running?"
         )
-        return JsonResponse(body, status=503)
-    body["queue"] = "ok"
-    return JsonResponse(body)
+    if request.user.is_authenticated and request.user.is_superuser:
+        # Each worker process executing runs now: what it holds, and its model endpoints'
+        # queues; and the shops whose queue stalled.
+        processes = WorkerHeartbeat.objects.filter(
+            name__startswith="process:", seen_at__gte=now - PROCESS_FRESH
+        ).order_by("name")
+        body["worker_processes"] = [{"name": p.name, **p.report} for p in processes]
+        body["stalled_shops"] = stalled
+    return JsonResponse(body, status=503 if stalled else 200)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -10,9 +10,11 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from agentportal import errors
 from agentportal.admin import HistoryInline, MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
 from approvals import plans, services
+from approvals.approval_views import changed_meanwhile_said
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,
@@ -87,6 +89,14 @@ class DecideForm(forms.Form):
     # The digest of the arguments this page showed: the decision counts for those only.
     args_digest = forms.CharField(required=False, widget=forms.HiddenInput)
 
+    def __init__(self, *args, approve: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not approve:
+            # Arguments changed under the page: approving waits for a reload.
+            self.fields["decision"].choices = [
+                choice for choice in Decision.choices if choice[0] != Decision.APPROVE
+            ]
+
 
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
@@ -103,7 +113,8 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     list_filter = ["status", ExpiringSoonFilter, "tool_name", "merchant"]
     list_select_related = ["run__account", "decided_by", "merchant"]
     search_fields = ["interrupt_id", "run__account__username"]
-    actions = ["approve_selected", "reject_selected"]
+    # No bulk approve: an approval pays what its page showed, one call at a time.
+    actions = ["reject_selected"]
     action_form = DecisionActionForm
     readonly_fields = [
         "interrupt_id",
@@ -226,16 +237,15 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
 
     def decide_view(self, request, approval_id):
         approval = get_object_or_404(self.get_queryset(request), pk=approval_id)
-        form = DecideForm(
-            request.POST or None,
-            initial={
-                "tool_args": approval.arguments_on_the_table,
-                "args_digest": approval.digest_on_the_table,
-            },
-        )
+        form = DecideForm(request.POST or None, initial=self._on_the_table(approval))
         if request.method == "POST" and form.is_valid():
             decision = form.cleaned_data["decision"]
             try:
+                if decision == Decision.APPROVE and self._edited(approval, form.cleaned_data):
+                    raise errors.InvalidInput(
+                        "You changed the arguments: pick Revise to approve your changes, or "
+                        "reload to approve as proposed."
+                    )
                 services.approval_decide_as_user(
                     approval=approval,
                     user=request.user,
@@ -246,6 +256,10 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                     reason=form.cleaned_data["reason"],
                     args_digest=form.cleaned_data["args_digest"] or None,
                 )
+            except errors.ArgumentsChanged:
+                approval.refresh_from_db()
+                self.message_user(request, changed_meanwhile_said(approval), messages.WARNING)
+                form = DecideForm(initial=self._on_the_table(approval), approve=False)
             except DomainError as refusal:
                 for error in refusal.errors or []:
                     form.add_error(None, f"{error['field']}: {error['message']}")
@@ -265,12 +279,27 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         }
         return TemplateResponse(request, "admin/approvals/approval/decide.html", context)
 
-    def _decide_selected(self, request, queryset, decision: str, done: str):
+    @staticmethod
+    def _on_the_table(approval: Approval) -> dict:
+        return {
+            "tool_args": approval.arguments_on_the_table,
+            "args_digest": approval.digest_on_the_table,
+        }
+
+    @staticmethod
+    def _edited(approval: Approval, data: dict) -> bool:
+        """An approve sent with other arguments than those on the table it saw: the edit is
+        neither approved unseen nor dropped."""
+        seen = data["args_digest"] in ("", approval.digest_on_the_table)
+        return seen and data["tool_args"] not in (None, approval.arguments_on_the_table)
+
+    @admin.action(description="Reject the selected calls (with the reason above)")
+    def reject_selected(self, request, queryset):
         reason = request.POST.get("reason", "")
         for approval in queryset.select_related("run", "merchant"):
             try:
                 services.approval_decide_as_user(
-                    approval=approval, user=request.user, decision=decision, reason=reason
+                    approval=approval, user=request.user, decision=Decision.REJECT, reason=reason
                 )
             except DomainError as refusal:
                 who = refusal.context.get("decided_by")
@@ -279,15 +308,7 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                     request, f"Approval {approval.interrupt_id}: {detail}", messages.WARNING
                 )
             else:
-                self.message_user(request, f"Approval {approval.interrupt_id}: {done}.")
-
-    @admin.action(description="Approve the selected calls")
-    def approve_selected(self, request, queryset):
-        self._decide_selected(request, queryset, Decision.APPROVE, "approved")
-
-    @admin.action(description="Reject the selected calls (with the reason above)")
-    def reject_selected(self, request, queryset):
-        self._decide_selected(request, queryset, Decision.REJECT, "rejected")
+                self.message_user(request, f"Approval {approval.interrupt_id}: rejected.")
 
 
 # --- tickets (exchange plans) -----------------------------------------------------------------

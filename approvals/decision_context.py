@@ -5,6 +5,7 @@ policy asks; and the inbox's rows, readable."""
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -90,51 +91,105 @@ def numbers_written(texts: Iterable[str]) -> list[str]:
     return found
 
 
-def refund_warnings(
+@dataclass(frozen=True)
+class Concern:
+    """A warning before approving: `blocking` when approved as it is the call cannot do what
+    it says (more than is refundable, an order that is not the customer's)."""
+
+    text: str
+    blocking: bool = False
+
+
+def refund_warnings(**kwargs) -> list[str]:
+    """refund_concerns' words."""
+    return [concern.text for concern in refund_concerns(**kwargs)]
+
+
+def refund_concerns(
     *,
     order_number: str,
     order: Order | None,
     amount: Decimal,
     customer_texts: Iterable[str],
     open_amounts: Iterable[Decimal] = (),
-) -> list[str]:
+) -> list[Concern]:
     """What a supervisor should know before approving a refund of `amount` on `order` (None:
     the customer has no order `order_number`), in plain words; empty when nothing looks off.
     `open_amounts`: the order's other refunds waiting or approved, not paid yet."""
     if order is None:
         return [
-            f"{order_number or 'The order'} is not an order of this customer in this shop: "
-            "the refund cannot be paid."
+            Concern(
+                f"{order_number or 'The order'} is not an order of this customer in this shop: "
+                "the refund cannot be paid.",
+                blocking=True,
+            )
         ]
-    warnings = []
+    concerns = []
     currency = order.currency
     still_open = sum(open_amounts, Decimal("0"))
     if amount > order.refundable:
-        warnings.append(
-            f"The refund of {money(amount, currency)} is more than the "
-            f"{money(order.refundable, currency)} still refundable on {order.number} "
-            f"(total {money(order.total, currency)}, {money(order.refunded, currency)} "
-            "refunded already). Approved as it is, it will fail."
+        concerns.append(
+            Concern(
+                f"The refund of {money(amount, currency)} is more than the "
+                f"{money(order.refundable, currency)} still refundable on {order.number} "
+                f"(total {money(order.total, currency)}, {money(order.refunded, currency)} "
+                "refunded already). Approved as it is, it will fail.",
+                blocking=True,
+            )
         )
     elif amount + still_open > order.refundable:
-        warnings.append(
-            f"Other refunds of {money(still_open, currency)} on {order.number} are waiting or "
-            f"approved: with this one they come to more than the "
-            f"{money(order.refundable, currency)} still refundable."
+        concerns.append(
+            Concern(
+                f"Other refunds of {money(still_open, currency)} on {order.number} are waiting "
+                f"or approved: with this one they come to more than the "
+                f"{money(order.refundable, currency)} still refundable."
+            )
         )
     written = numbers_written(customer_texts)
     if amount not in {Decimal(number.replace(",", ".")) for number in written}:
         if written:
-            warnings.append(
-                f"The customer never wrote {money(amount)} in their messages "
-                f"(the numbers they wrote: {', '.join(written[:6])})."
+            concerns.append(
+                Concern(
+                    f"The customer never wrote {money(amount)} in their messages "
+                    f"(the numbers they wrote: {', '.join(written[:6])})."
+                )
             )
         else:
-            warnings.append(
-                f"The customer named no amount in their messages: {money(amount, currency)} "
-                "is the agent's choice."
+            concerns.append(
+                Concern(
+                    "The customer named no amount in their messages: "
+                    f"{money(amount, currency)} is the agent's choice."
+                )
             )
-    return warnings
+    return concerns
+
+
+def revision_concerns(approval: Approval, arguments: dict[str, Any]) -> list[Concern]:
+    """The warnings of the call's page, for a revision of it to `arguments` (validated): its
+    order must be the customer's and its amount within what is refundable."""
+    if approval.tool_name != "issue_refund":
+        return []
+    number = _order_number(arguments)
+    order = (
+        selectors.order_for_customer(
+            merchant_id=approval.merchant_id, customer_id=approval.run.account_id, number=number
+        )
+        if number
+        else None
+    )
+    _, open_amounts = _earlier_refunds(order, approval) if order else ([], [])
+    amount = _amount(arguments)
+    return refund_concerns(
+        order_number=number,
+        order=order,
+        amount=amount if amount is not None else Decimal("0"),
+        customer_texts=[
+            line.text
+            for line in run_selectors.run_transcript(approval.run)
+            if line.speaker == "customer"
+        ],
+        open_amounts=open_amounts,
+    )
 
 
 def approval_decision_context(approval: Approval) -> dict[str, Any]:

@@ -48,7 +48,16 @@ class ArgumentsForm(forms.Form):
 
     prefix = "arg"
 
-    def __init__(self, args_model: type[BaseModel], proposed: dict[str, Any], *args, **kwargs):
+    def __init__(
+        self,
+        args_model: type[BaseModel],
+        proposed: dict[str, Any],
+        *args,
+        choices: dict[str, list[tuple[str, str]]] | None = None,
+        **kwargs,
+    ):
+        """`choices`: the arguments picked from a list (an order of the customer's) rather
+        than typed."""
         super().__init__(*args, **kwargs)
         schema = args_model.model_json_schema()
         self.structured: set[str] = set()
@@ -57,15 +66,28 @@ class ArgumentsForm(forms.Form):
             if structured:
                 self.structured.add(name)
             value = proposed.get(name)
-            self.fields[name] = forms.CharField(
+            initial = "" if value is None else json.dumps(value) if structured else str(value)
+            # What the page's script compares an edit with: an approve as proposed waits.
+            attrs = {"data-on-the-table": initial}
+            common = {
                 # pydantic titles every field ("Order Id"); people read "Order id".
-                label=name.replace("_", " ").capitalize(),
-                help_text=spec.get("description", ""),
-                required=False,
-                strip=True,
-                initial="" if value is None else json.dumps(value) if structured else str(value),
-                widget=forms.Textarea(attrs={"rows": 3}) if structured else forms.TextInput(),
-            )
+                "label": name.replace("_", " ").capitalize(),
+                "help_text": spec.get("description", ""),
+                "required": False,
+                "initial": initial,
+            }
+            if choices and name in choices:
+                self.fields[name] = forms.ChoiceField(
+                    choices=choices[name], widget=forms.Select(attrs=attrs), **common
+                )
+            else:
+                self.fields[name] = forms.CharField(
+                    strip=True,
+                    widget=forms.Textarea(attrs={"rows": 3, **attrs})
+                    if structured
+                    else forms.TextInput(attrs=attrs),
+                    **common,
+                )
 
     @staticmethod
     def submitted(data) -> bool:

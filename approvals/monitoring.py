@@ -11,34 +11,16 @@ from runs.monitoring import RECENT_ROWS, quantiles
 
 class ApprovalsCollector:
     def collect(self) -> Iterator[Metric]:
-        pending = GaugeMetricFamily(
+        yield _by_shop(
             "agentportal_approvals_pending",
             "Tool calls waiting for a supervisor's decision, by shop.",
-            labels=["shop"],
+            ApprovalStatus.PENDING_APPROVAL,
         )
-        counts = (
-            Approval.objects.filter(status=ApprovalStatus.PENDING_APPROVAL)
-            .values_list("merchant__slug")
-            .annotate(count=Count("pk"))
-            .order_by()
-        )
-        for shop, count in counts:
-            pending.add_metric([shop], count)
-        yield pending
-        refused = GaugeMetricFamily(
+        yield _by_shop(
             "agentportal_approvals_refused",
             "Approved tool calls the tool refused when they were carried out, by shop.",
-            labels=["shop"],
+            ApprovalStatus.FAILED,
         )
-        counts = (
-            Approval.objects.filter(status=ApprovalStatus.FAILED)
-            .values_list("merchant__slug")
-            .annotate(count=Count("pk"))
-            .order_by()
-        )
-        for shop, count in counts:
-            refused.add_metric([shop], count)
-        yield refused
         decided = Approval.objects.filter(decided_at__isnull=False).order_by("-pk")
         yield quantiles(
             "agentportal_decision_seconds",
@@ -57,3 +39,17 @@ class ApprovalsCollector:
         waiting = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING)
         backlog.add_metric([], waiting.count())
         yield backlog
+
+
+def _by_shop(name: str, documentation: str, status: str) -> GaugeMetricFamily:
+    """How many calls are in `status` in each shop."""
+    metric = GaugeMetricFamily(name, documentation, labels=["shop"])
+    counts = (
+        Approval.objects.filter(status=status)
+        .values_list("merchant__slug")
+        .annotate(count=Count("pk"))
+        .order_by()
+    )
+    for shop, count in counts:
+        metric.add_metric([shop], count)
+    return metric

@@ -1,13 +1,13 @@
 from django.urls import path
 
-from approvals import live_views, plan_views, views
+from approvals import approval_views, live_views, plan_views, views
 
 urlpatterns = [
     path("", views.portal_home, name="portal"),
     path("inbox/rows/", views.inbox_rows, name="portal-inbox-rows"),
     path("inbox/plans/", views.inbox_plans, name="portal-inbox-plans"),
     path("inbox/live/", live_views.inbox_live, name="portal-inbox-live"),
-    path("approvals/<str:interrupt_id>/", views.approval_page, name="portal-approval"),
+    path("approvals/<str:interrupt_id>/", approval_views.approval_page, name="portal-approval"),
     path(
         "approvals/<str:interrupt_id>/live/", live_views.approval_live, name="portal-approval-live"
     ),

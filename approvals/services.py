@@ -21,7 +21,7 @@ from agentportal import errors
 from agentportal.principals import Principal
 from agentportal.problems import iso_z
 from agentportal.selectors import principal_for_user
-from approvals import locks, notifications, policies
+from approvals import locks, notifications, policies, selectors
 from approvals.calls import call_moved, call_replaced, tool_args_validate
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
 from runs import services as run_services
@@ -41,6 +41,8 @@ from runs.tools import TOOLS
 logger = logging.getLogger(__name__)
 
 Snapshot = StateSnapshot | CompositeSnapshot
+# Tools whose `order_id` names one of the run's customer's orders.
+ORDER_TOOLS = ("issue_refund",)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,24 @@ def decision_validate(*, approval: Approval | None, request: DecisionRequest) ->
     tool = TOOLS.get(approval.tool_name) if approval else None
     if tool is None:
         return request.tool_args
-    return tool_args_validate(tool, request.tool_args)
+    revised = tool_args_validate(tool, request.tool_args)
+    _refuse_another_customers_order(approval, revised)
+    return revised
+
+
+def _refuse_another_customers_order(approval: Approval, revised: dict[str, Any]) -> None:
+    """A revision names only the customer's own orders: the customer is told about the call,
+    and must never read another customer's order number."""
+    number = revised.get("order_id") if approval.tool_name in ORDER_TOOLS else None
+    if number is None:
+        return
+    if not selectors.order_for_customer(
+        merchant_id=approval.merchant_id, customer_id=approval.run.account_id, number=number
+    ):
+        raise errors.InvalidInput(
+            f"{number} is not an order of this customer; a revision names one of theirs.",
+            errors=[{"field": "tool_args.order_id", "message": "not an order of this customer"}],
+        )
 
 
 def approval_decide(

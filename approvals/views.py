@@ -1,6 +1,5 @@
-"""The portal's pages: the supervisor's inbox and calls, plans, and the customer's chat."""
-
-import json
+"""The portal's pages: the supervisor's inbox, plans, and the customer's chat (a call's page
+is approval_views)."""
 
 from django import forms
 from django.contrib import messages
@@ -14,29 +13,10 @@ from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
-from approvals import (
-    calls,
-    chat,
-    customer_words,
-    decision_context,
-    live,
-    plan_selectors,
-    plans,
-    selectors,
-    services,
-)
-from approvals.forms import ArgumentsForm, DecisionForm
-from approvals.models import (
-    TICKET_OPEN_STATUSES,
-    Approval,
-    ApprovalStatus,
-    Decision,
-    PlanDecision,
-    TicketStatus,
-)
-from runs import commands, conversations, timeline
-from runs.models import Conversation, RunStatus
-from runs.tools import TOOLS
+from approvals import chat, customer_words, decision_context, live, plan_selectors, plans, selectors
+from approvals.models import TICKET_OPEN_STATUSES, PlanDecision, TicketStatus
+from runs import commands, conversations
+from runs.models import Conversation
 
 
 @never_cache
@@ -87,177 +67,6 @@ def _inbox_context(request) -> dict:
     seen = live.inbox_digest(request.user.pk)
     context = decision_context.inbox_context(user=request.user, sort=request.GET.get("sort"))
     return {**context, "seen": seen}
-
-
-@never_cache
-@login_required
-@require_http_methods(["GET", "POST"])
-def approval_page(request, interrupt_id: str):
-    approval = (
-        selectors.approvals_for_supervisor(user=request.user)
-        .filter(interrupt_id=interrupt_id)
-        .first()
-    )
-    if approval is None:
-        raise Http404("No such call in your shops.")
-    form = DecisionForm(request.POST or None)
-    tool = TOOLS.get(approval.tool_name)
-    typed = (
-        ArgumentsForm(
-            tool.args_model,
-            approval.arguments_on_the_table,
-            request.POST if ArgumentsForm.submitted(request.POST) else None,
-        )
-        if tool
-        else None
-    )
-    typed_used = typed is not None and typed.is_bound
-    diff = None
-    if request.method == "POST" and form.is_valid():
-        action = form.cleaned_data["action"]
-        tool_args = form.cleaned_data["tool_args"]
-        if typed_used and action in ("preview", Decision.REVISE):
-            tool_args = typed.arguments() if typed.is_valid() else None
-        # An argument the typed form could not read is said beside its field already.
-        if not (typed_used and typed.errors):
-            try:
-                if action == "preview":
-                    diff = _diff(approval, _validated(approval, tool_args))
-                else:
-                    run, decided = services.approval_decide_as_user(
-                        approval=approval,
-                        user=request.user,
-                        decision=action,
-                        tool_args=tool_args if action == Decision.REVISE else None,
-                        reason=form.cleaned_data["reason"],
-                        args_digest=form.cleaned_data["args_digest"] or None,
-                    )
-                    messages.success(request, _done_message(action, decided, run))
-                    return redirect("portal-approval", interrupt_id=interrupt_id)
-            except DomainError as error:
-                _explain(request, form, error, typed if typed_used else None)
-        approval.refresh_from_db()
-    return render(
-        request,
-        "portal/approval.html",
-        {
-            "approval": approval,
-            "form": form,
-            "typed": typed,
-            "diff": diff,
-            # The revise button goes with the form the changes were reviewed in.
-            "reviewed_in": "typed-form" if typed_used else "json-form",
-            "json_open": typed is None or "tool_args" in request.POST,
-            "editable": _editable(request, form, approval, diff),
-            "timeline": timeline.run_timeline(
-                approval.run,
-                decided_by={
-                    decided.interrupt_id: decided.decided_by_name
-                    for decided in approval.run.approvals.select_related("decided_by", "merchant")
-                },
-            ),
-            "pending": approval.status == ApprovalStatus.PENDING_APPROVAL,
-            "seen": live.approval_digest(approval),
-            # What the supervisor decides on: the arguments the page first showed them.
-            "args_seen": request.POST.get("args_digest") or approval.digest_on_the_table,
-            **decision_context.approval_decision_context(approval),
-            **decision_context.approvals_context(approval, user=request.user),
-            "siblings": decision_context.siblings_context(approval),
-        },
-    )
-
-
-def _editable(request, form: DecisionForm, approval: Approval, diff) -> str:
-    """The arguments' text in the editor: what the supervisor sent, kept as typed (an error
-    must not lose an edit), or as reviewed once valid; else the ones an approval approves."""
-    if diff and form.cleaned_data["tool_args"] is not None:
-        return json.dumps(form.cleaned_data["tool_args"], indent=2)
-    if request.method == "POST" and "tool_args" in request.POST:
-        return request.POST["tool_args"]
-    return json.dumps(approval.arguments_on_the_table, indent=2)
-
-
-def _validated(approval: Approval, tool_args) -> dict:
-    tool = TOOLS.get(approval.tool_name)
-    if not isinstance(tool_args, dict):
-        raise errors.InvalidInput(
-            "Edit the arguments as a JSON object.",
-            errors=[{"field": "tool_args", "message": "a JSON object"}],
-        )
-    return calls.tool_args_validate(tool, tool_args) if tool else tool_args
-
-
-def _diff(approval: Approval, revised: dict) -> list[dict]:
-    keys = sorted(set(approval.proposed_args) | set(revised))
-    return [
-        {
-            "field": key,
-            "proposed": approval.proposed_args.get(key),
-            "revised": revised.get(key),
-            "changed": approval.proposed_args.get(key) != revised.get(key),
-        }
-        for key in keys
-    ]
-
-
-def _done_message(action: str, approval: Approval, run) -> str:
-    if approval.status == ApprovalStatus.PENDING_APPROVAL:
-        # The first of two approvals: nothing runs yet.
-        given = f"{len(approval.current_votes)} of {approval.required_approvals} approvals"
-        if action == Decision.REVISE:
-            return (
-                f"Your changes count as your approval ({given}): another supervisor must "
-                "approve them before the agent runs the call."
-            )
-        return f"Approved ({given}): another supervisor must approve it too before it runs."
-    if run.status == RunStatus.WAITING_APPROVAL:
-        # Calls asked for together: the agent goes on once the last of them is decided.
-        return {
-            "approve": "Approved. The agent goes on once the calls asked for together with "
-            "it are decided too.",
-            "revise": "Approved with your changes. The agent goes on once the calls asked for "
-            "together with it are decided too.",
-            "reject": "Rejected. The agent goes on, and tells the customer why, once the calls "
-            "asked for together with it are decided too.",
-        }[action]
-    return {
-        "approve": "Approved: the agent carries on and runs the call.",
-        "revise": "Approved with your changes: the agent runs the revised call.",
-        "reject": "Rejected: the agent tells the customer why.",
-    }[action]
-
-
-def _explain(
-    request, form: DecisionForm, refusal: DomainError, typed: ArgumentsForm | None = None
-) -> None:
-    """Someone else deciding first, or the call expiring, is news for the page, not an
-    error page. An argument's error goes beside its field (or the JSON editor)."""
-    if isinstance(refusal, errors.AlreadyDecided):
-        when = refusal.context.get("decided_at", "")[:16].replace("T", " ")
-        messages.warning(
-            request,
-            f"{refusal.context.get('decided_by')} already decided this call "
-            f"({refusal.context.get('decision')}, {when} UTC). Nothing was changed.",
-        )
-    elif isinstance(refusal, errors.InterruptExpired):
-        messages.warning(request, "This call expired before your decision; nothing was run.")
-    elif isinstance(refusal, errors.RunFinished):
-        messages.warning(request, "The run was cancelled or has ended; nothing was run.")
-    elif isinstance(refusal, errors.SameApprover):
-        # Two tabs, or a page drawn before this person's own approval: said, not an error page.
-        messages.warning(request, f"{refusal.detail} Nothing was changed.")
-    elif refusal.errors:
-        # An argument's error goes beside the editor, named as the arguments name it.
-        for error in refusal.errors:
-            field, _, argument = error["field"].partition(".")
-            if field == "tool_args" and typed is not None and argument in typed.fields:
-                typed.add_error(argument, error["message"])
-            elif field == "tool_args":
-                form.add_error("tool_args", f"{argument or 'arguments'}: {error['message']}")
-            else:
-                form.add_error(None, f"{error['field']}: {error['message']}")
-    else:
-        form.add_error(None, refusal.detail)
 
 
 # --- a plan ------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from runs.models import FINISHED_STATUSES, AgentRun, AttemptStatus, ModelAttempt, WorkerHeartbeat
+from runs.selectors import queues_stalled
 
 RECENT_ROWS = 500
 QUANTILES = (0.5, 0.95)
@@ -33,6 +34,7 @@ def quantiles(name: str, documentation: str, values: list[float]) -> GaugeMetric
 class RunsCollector:
     def collect(self) -> Iterator[Metric]:
         yield self._runs_by_shop_and_status()
+        yield self._queues_stalled()
         yield from self._worker_processes()
         yield self._attempts_by_outcome()
         yield from self._latencies()
@@ -53,6 +55,16 @@ class RunsCollector:
             family.add_metric([shop, status], count)
         return family
 
+    def _queues_stalled(self) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            "agentportal_queue_stalled",
+            "1 for each shop with room whose runs have waited over a minute unclaimed.",
+            labels=["shop"],
+        )
+        for shop in queues_stalled(timezone.now()):
+            family.add_metric([shop], 1)
+        return family
+
     def _worker_processes(self) -> Iterator[GaugeMetricFamily]:
         in_flight = GaugeMetricFamily(
             "agentportal_worker_runs_in_flight",
@@ -67,12 +79,25 @@ class RunsCollector:
         reports = WorkerHeartbeat.objects.filter(
             name__startswith="process:", seen_at__gte=timezone.now() - PROCESS_FRESH
         ).values_list("name", "report")
+        calls = GaugeMetricFamily(
+            "agentportal_model_endpoint_calls",
+            "Each worker process's model calls per endpoint, in flight or waiting for a slot.",
+            labels=["process", "endpoint", "state"],
+        )
+        paused = GaugeMetricFamily(
+            "agentportal_model_endpoint_paused_seconds",
+            "How long each worker process's calls to an endpoint stay paused by its 429s.",
+            labels=["process", "endpoint"],
+        )
         for name, report in reports:
             process = name.removeprefix("process:")
             in_flight.add_metric([process], report.get("in_flight", 0))
             free.add_metric([process], report.get("free_slots", 0))
-        yield in_flight
-        yield free
+            for endpoint, queue in report.get("model_endpoints", {}).items():
+                for state in ("in_flight", "waiting"):
+                    calls.add_metric([process, endpoint, state], queue.get(state, 0))
+                paused.add_metric([process, endpoint], queue.get("paused_seconds", 0))
+        yield from (in_flight, free, calls, paused)
 
     def _attempts_by_outcome(self) -> GaugeMetricFamily:
         family = GaugeMetricFamily(

@@ -2,9 +2,11 @@
 domain app does (tests/extension_app)."""
 
 import os
+import secrets
 
-# The tests' own key, so that they run on a fresh checkout without the demo's.
-os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-" + "x" * 50)
+# The tests' own key, random for each run (a fixed one would be published, and the product
+# refuses published keys with DEBUG off); the processes the tests start inherit it.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 # The scripted model answers at once unless a test (or its cluster) asks it to stream.
 os.environ.setdefault("AGENTPORTAL_SCRIPTED_STREAM_MS", "0")
 

@@ -33,3 +33,13 @@ def test_goes_through_the_pooler_ci_asked_for():
         pytest.skip("not the pooler's pass")
     assert str(connection.settings_dict["PORT"]) == expected
     assert "prepare_threshold" not in connection.settings_dict["OPTIONS"]
+
+
+@pytest.mark.counters
+def test_counts_in_the_cache_ci_asked_for():
+    # CI's Redis pass sets AGENTPORTAL_CACHE_URL and AGENTPORTAL_EXPECT_CACHE=redis: this fails if
+    # the counts quietly went to the database's table.
+    from django.core.cache import caches
+
+    expected = os.environ.get("AGENTPORTAL_EXPECT_CACHE", "db")
+    assert type(caches["default"]).__module__.rsplit(".", 1)[-1] == expected

@@ -38,6 +38,33 @@ def in_threads(targets: list[Callable[[], Any]]) -> list[Any]:
     return results
 
 
+class Background:
+    """One call in a thread of its own (a second worker), on its own connection; join()
+    returns its result or re-raises its error."""
+
+    def __init__(self, target: Callable[[], Any]):
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+        def body() -> None:
+            try:
+                self.result = target()
+            except BaseException as error:
+                self.error = error
+            finally:
+                connection.close()
+
+        self.thread = threading.Thread(target=body)
+        self.thread.start()
+
+    def join(self, timeout: float = 30) -> Any:
+        self.thread.join(timeout=timeout)
+        assert not self.thread.is_alive(), "the worker thread hung"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
     """asyncio.run in a thread of its own: a test process may already have an event loop
     running in its main thread (the browser tests' Playwright)."""

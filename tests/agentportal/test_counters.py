@@ -1,6 +1,7 @@
 """The counts and slots in the shared cache: none is forgotten while live, however many there
 are, and expired ones are swept."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -8,10 +9,43 @@ import time_machine
 from django.core.cache import cache
 from django.utils import timezone
 
-from agentportal.counters import Slots, cache_expired_delete
+from agentportal.counters import Slots, WindowCounter, cache_expired_delete
 from runs import services
+from tests.threads import in_threads
 
 
+@pytest.mark.counters
+@pytest.mark.usefixtures("fresh_cache")
+def test_counts_added_at_once_each_get_a_number_of_their_own(transactional_db):
+    # given one count, and forty requests that add to it at the same instant
+    counter = WindowCounter("count:together", 60)
+
+    # when they all add
+    numbers = in_threads([lambda: counter.add().number for _ in range(40)])
+
+    # then none saw another's number: a limit checked on them lets exactly its number through
+    assert sorted(numbers) == list(range(1, 41))
+
+
+@pytest.mark.counters
+@pytest.mark.usefixtures("fresh_cache")
+def test_a_count_starts_again_when_its_window_has_passed_and_says_how_long_is_left():
+    counter = WindowCounter("count:window", 1)
+    first = counter.add()
+    assert first.number == 1
+    assert 0 <= first.seconds_left <= 1
+    assert counter.add().number == 2
+
+    # when the window has passed (the database's cache keeps whole seconds)
+    time.sleep(2.1)
+
+    # then the count starts again, and clearing it starts it again too
+    assert counter.add().number == 1
+    counter.clear()
+    assert counter.add().number == 1
+
+
+@pytest.mark.counters
 @pytest.mark.usefixtures("fresh_cache")
 def test_a_key_holding_hundreds_of_slots_gets_exactly_its_limit():
     # given a limit of 400 slots, past the 300 rows the cache used to keep before dropping some

@@ -16,7 +16,7 @@ PRODUCTION = {
 }
 
 
-@pytest.mark.parametrize("key", [None, "", "agentportal-insecure-development-key"])
+@pytest.mark.parametrize("key", [None, "", "  "])
 def test_without_a_secret_key_the_product_refuses_to_start_in_one_sentence(key):
     env = {} if key is None else {"DJANGO_SECRET_KEY": key}
 
@@ -27,6 +27,78 @@ def test_without_a_secret_key_the_product_refuses_to_start_in_one_sentence(key):
         "agentportal: DJANGO_SECRET_KEY is not set: set it to a long random secret "
         "(or run `make demo`, which makes one for the demo)."
     )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "agentportal-insecure-development-key",
+        "agentportal-debug-only-key",
+        "tests-only-" + "x" * 50,
+        "tests-only-" + secrets.token_urlsafe(20),
+    ],
+    ids=["development", "debug-fallback", "tests", "tests-pattern"],
+)
+def test_a_published_secret_key_is_refused_in_one_sentence(key):
+    started = manage("check", **PRODUCTION | {"DJANGO_SECRET_KEY": key})
+
+    assert started.returncode != 0
+    assert started.stderr.strip() == (
+        "agentportal: DJANGO_SECRET_KEY is a published key (the development, debug or tests' "
+        "key) that anyone can sign with: set it to a long random secret."
+    )
+
+
+@pytest.fixture
+def demo_key_file(tmp_path):
+    """A `.demo-secret-key` as `make demo` leaves it in a checkout."""
+    path = tmp_path / ".demo-secret-key"
+    path.write_text(secrets.token_urlsafe(50) + "\n")
+    return path
+
+
+def test_with_debug_off_the_demos_key_file_is_not_read(demo_key_file):
+    env = {**PRODUCTION, "AGENTPORTAL_DEMO_SECRET_KEY_FILE": str(demo_key_file)}
+    del env["DJANGO_SECRET_KEY"]
+
+    started = manage("check", **env)
+
+    assert started.returncode != 0
+    assert started.stderr.strip() == (
+        "agentportal: DJANGO_SECRET_KEY is not set, and the demo's key (.demo-secret-key) is "
+        "read only with DJANGO_DEBUG on, as `make demo` runs: set DJANGO_SECRET_KEY to a long "
+        "random secret."
+    )
+
+
+def test_with_debug_off_the_demos_key_is_refused_even_when_given(demo_key_file):
+    env = {
+        **PRODUCTION,
+        "AGENTPORTAL_DEMO_SECRET_KEY_FILE": str(demo_key_file),
+        "DJANGO_SECRET_KEY": demo_key_file.read_text().strip(),
+    }
+
+    started = manage("check", **env)
+
+    assert started.returncode != 0
+    assert started.stderr.strip() == (
+        "agentportal: DJANGO_SECRET_KEY is the demo's key (.demo-secret-key), which is for "
+        "`make demo` with DJANGO_DEBUG on: set it to a long random secret."
+    )
+
+
+def test_the_demo_starts_with_debug_on_and_its_key_file(demo_key_file):
+    printed = manage(
+        "shell",
+        "--no-imports",
+        "-c",
+        "from django.conf import settings; print(settings.DEBUG, settings.SECRET_KEY)",
+        DJANGO_DEBUG="1",
+        AGENTPORTAL_DEMO_SECRET_KEY_FILE=str(demo_key_file),
+    )
+
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.split() == ["True", demo_key_file.read_text().strip()]
 
 
 @pytest.mark.parametrize("site_url", ["portal.example.com", "https://portal.example.com/portal"])

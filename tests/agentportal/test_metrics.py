@@ -1,10 +1,15 @@
 """/metrics: refused without its token; with it, the figures move when runs run."""
 
+from datetime import timedelta
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from runs import worker
+from runs.models import AgentRun
+from runs.services import heartbeat_record
 from tests import factories
 
 TOKEN = "scrape-token-for-tests"
@@ -72,3 +77,28 @@ def test_the_metrics_move_when_runs_run(demo):
     assert after[first_step] >= 0
     assert ("agentportal_model_step_seconds", (("quantile", "0.95"),)) in after
     assert after[("agentportal_webhook_backlog", ())] >= 0
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("metrics_on")
+def test_the_details_healthz_keeps_from_anyone_are_in_the_metrics():
+    # given a stalled shop and a worker process waiting on a model endpoint
+    shop = factories.merchant_create(slug="stalled-shop")
+    customer = factories.user_create(merchant=shop)
+    run = factories.run_queue(customer=customer, merchant=shop, message=STATUS)
+    AgentRun.objects.filter(pk=run.pk).update(updated_at=timezone.now() - timedelta(minutes=2))
+    endpoint = {"in_flight": 4, "waiting": 2, "paused_seconds": 1.5}
+    heartbeat_record(
+        name="process:web-7:4242",
+        report={"in_flight": 4, "free_slots": 252, "model_endpoints": {"m@http://llm": endpoint}},
+    )
+
+    # when scraped
+    scraped = _scrape()
+
+    # then the shop and the endpoint's queue are named there
+    assert scraped[("agentportal_queue_stalled", (("shop", "stalled-shop"),))] == 1
+    labels = (("endpoint", "m@http://llm"), ("process", "web-7:4242"))
+    assert scraped[("agentportal_model_endpoint_calls", (*labels, ("state", "in_flight")))] == 4
+    assert scraped[("agentportal_model_endpoint_calls", (*labels, ("state", "waiting")))] == 2
+    assert scraped[("agentportal_model_endpoint_paused_seconds", labels)] == 1.5

@@ -27,7 +27,6 @@ def test_healthz_without_a_heartbeat_reports_the_worker_stale(db):
     assert response.json() == {
         "database": "ok",
         "worker": "stale",
-        "worker_processes": [],
         "queue": "ok",
     }
 
@@ -41,7 +40,6 @@ def test_healthz_after_a_heartbeat_reports_the_worker_ok(db):
     assert response.json() == {
         "database": "ok",
         "worker": "ok",
-        "worker_processes": [],
         "queue": "ok",
     }
 
@@ -54,7 +52,6 @@ def test_healthz_with_an_old_heartbeat_reports_the_worker_stale(db):
     assert response.json() == {
         "database": "ok",
         "worker": "stale",
-        "worker_processes": [],
         "queue": "ok",
     }
 
@@ -76,12 +73,58 @@ def test_healthz_is_503_when_a_shop_with_room_has_not_moved_for_a_minute(db):
     # when
     response = APIClient().get("/healthz")
 
-    # then
+    # then anyone is told the queue is stalled and why, without the shop's name
     assert response.status_code == 503
     body = response.json()
     assert body["queue"] == "stalled"
-    assert "stalled-shop" in body["reason"]
     assert "workers" in body["reason"]
+    assert "stalled-shop" not in response.text
+
+
+def _process_reports(name: str = "process:web-7.internal:4242") -> None:
+    report = {"in_flight": 3, "free_slots": 253, "model_endpoints": {"m@http://llm:8080": {}}}
+    heartbeat_record(name=name, report=report)
+
+
+def test_healthz_tells_anyone_the_status_only(db):
+    # given a worker process reporting, and a shop stalled
+    heartbeat_record()
+    _process_reports()
+    _queued_a_while_ago(factories.merchant_create(slug="stalled-shop"), minutes=2)
+
+    # when someone who is not signed in asks
+    response = APIClient().get("/healthz")
+
+    # then they learn the status and its coarse reason: no shop, host, process or endpoint
+    assert response.status_code == 503
+    assert set(response.json()) == {"database", "worker", "queue", "reason"}
+    for detail in ("stalled-shop", "web-7", "4242", "llm:8080"):
+        assert detail not in response.text
+
+
+@pytest.mark.parametrize("who", ["sam", "superuser"])
+def test_healthz_gives_its_details_to_a_superuser_only(demo, who):
+    # given a worker process reporting, and a shop stalled
+    _process_reports()
+    _queued_a_while_ago(factories.merchant_create(slug="stalled-shop"), minutes=2)
+    user = User.objects.get(username="sam")
+    if who == "superuser":
+        user = User.objects.create_superuser("root", password="x")
+    client = APIClient()
+    client.force_login(user)
+
+    # when
+    body = client.get("/healthz").json()
+
+    # then only the superuser sees which shops and which processes
+    if who == "superuser":
+        assert body["stalled_shops"] == ["stalled-shop"]
+        [process] = body["worker_processes"]
+        assert process["name"] == "process:web-7.internal:4242"
+        assert process["in_flight"] == 3
+    else:
+        assert "stalled_shops" not in body
+        assert "worker_processes" not in body
 
 
 def test_healthz_leaves_alone_a_full_shop_a_fresh_run_and_a_shop_just_served(db):

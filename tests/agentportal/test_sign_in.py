@@ -78,3 +78,22 @@ def test_a_clients_own_forwarded_for_header_does_not_reset_its_count(demo):
     )
 
     assert "Too many attempts" in locked.text
+
+
+def test_a_name_guessed_from_many_addresses_waits_an_hour(demo):
+    # given 20 wrong passwords for sam, four from each of five addresses (none of them locked)
+    for address in range(5):
+        guesser = Client(REMOTE_ADDR=f"203.0.113.{20 + address}")
+        for guess in range(4):
+            wrong = guesser.post("/accounts/login/", {"username": "sam", "password": f"g{guess}"})
+            assert "Too many attempts" not in wrong.text
+
+    # when the right password comes from yet another address
+    locked = Client(REMOTE_ADDR="198.51.100.30").post(
+        "/accounts/login/", {"username": "sam", "password": "demo"}
+    )
+
+    # then it is refused for the name's slower window, and sue is not affected
+    assert "Too many attempts; try again in 60 minutes." in locked.text
+    sue = Client(REMOTE_ADDR="203.0.113.20")
+    assert sue.post("/accounts/login/", {"username": "sue", "password": "demo"}).status_code == 302

@@ -56,16 +56,39 @@ def test_supervisor_sees_only_their_shops_approvals(demo):
     )
 
 
-def test_approve_action_decides_and_reports_who_decided_first(demo):
+def test_the_admin_approves_no_money_in_bulk(demo):
+    # given two refunds waiting
+    first, second = _pending(demo), _pending(demo, "I want a refund for ORD-1004 amount 30")
+    sam = _signed_in("sam")
+
+    # when sam looks for a bulk approve, and sends one anyway
+    listing = sam.get("/admin/approvals/approval/").text
+    sent = sam.post(
+        "/admin/approvals/approval/",
+        {"action": "approve_selected", "_selected_action": [first.pk, second.pk]},
+        follow=True,
+    )
+
+    # then there is none: each call is approved on its own page, seeing what it pays
+    assert 'value="approve_selected"' not in listing
+    assert 'value="reject_selected"' in listing
+    assert sent.status_code == 200
+    for approval in (first, second):
+        approval.refresh_from_db()
+        assert approval.status == ApprovalStatus.PENDING_APPROVAL
+        assert not approval.votes.exists()
+
+
+def test_reject_action_reports_who_decided_first(demo):
     approval = _pending(demo)
 
-    first = _act(_signed_in("sam"), approval, "approve_selected")
-    second = _act(_signed_in("sue"), approval, "approve_selected")
+    first = _act(_signed_in("sam"), approval, "reject_selected", reason="order too old")
+    second = _act(_signed_in("sue"), approval, "reject_selected", reason="too old")
 
     approval.refresh_from_db()
-    assert approval.status == ApprovalStatus.APPROVED_EXECUTING
+    assert approval.status == ApprovalStatus.REJECTED
     assert approval.decided_by.username == "sam"
-    assert f"Approval {approval.interrupt_id}: approved." in first.text
+    assert f"Approval {approval.interrupt_id}: rejected." in first.text
     assert "already decided by sam" in second.text
 
 
@@ -115,7 +138,7 @@ def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
     assert sam.get(f"/admin/approvals/approval/{approval.pk}/decide/").status_code == 200
 
     membership_revoke(membership=demo.memberships.get(user__username="sam"))
-    _act(sam, approval, "approve_selected")
+    _act(sam, approval, "reject_selected", reason="order too old")
 
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING_APPROVAL

@@ -754,20 +754,17 @@ def test_revise_executes_exactly_the_revised_arguments(waiting, api, endpoint):
     assert decided["decision"] == "revise" and decided["tool_args"] == revised
 
 
-def test_revise_to_another_customers_order_is_refused_by_the_executor(waiting, api):
+def test_revise_to_another_customers_order_is_refused_before_anything_is_recorded(waiting, api):
     # given: a supervisor edits the order to one of bob's
     revised = {"order_id": "ORD-2001", "amount": "20.00", "reason": "customer request"}
     response = RESUME.post(
         api("sam"), waiting.run.pk, waiting.interrupt_id, decision="revise", tool_args=revised
     )
-    assert response.status_code == 200, response.content
 
-    # when
-    run = finish(waiting)
-
-    # then: whoever approved it, alice's run cannot refund bob's order
-    assert run.status == RunStatus.COMPLETED
-    assert "could not be made" in run.result
+    # then: 400 beside the order; the call still waits and nothing moves
+    assert response.status_code == 400, response.content
+    assert [error["field"] for error in response.json()["errors"]] == ["tool_args.order_id"]
+    assert Approval.objects.get(pk=waiting.approval.pk).status == ApprovalStatus.PENDING_APPROVAL
     assert Refund.objects.count() == 0
     assert Order.objects.get(number="ORD-2001").refunded == Decimal("0.00")
 

@@ -325,3 +325,25 @@ def test_an_amount_is_stored_to_the_cent(demo, api, amount, stored):
     assert approval.approved_args["amount"] == stored
     assert approval.executed_args["amount"] == stored
     assert Refund.objects.get().amount == Decimal(stored)
+
+
+# --- 5. a revision names only the customer's own orders ----------------------------------------
+
+
+def test_a_revision_to_another_customers_order_is_refused_over_the_api(demo, api):
+    # given alice's 20.00 refund for her ORD-1003
+    approval = approval_of(refund_run(demo, "20"))
+
+    # when a supervisor points it at bob's ORD-2001
+    response = decide(api("sam"), approval, "revise", **revision("20", order="ORD-2001"))
+
+    # then 400 beside the order, nothing recorded, nothing paid
+    assert response.status_code == 400
+    problem = response.json()
+    assert problem["code"] == "validation_error"
+    assert [error["field"] for error in problem["errors"]] == ["tool_args.order_id"]
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING_APPROVAL
+    assert not ApprovalVote.objects.filter(approval=approval).exists()
+    worker.tick()
+    assert Refund.objects.count() == 0

@@ -6,7 +6,6 @@ from datetime import UTC, timedelta
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
@@ -14,31 +13,22 @@ from approvals import escalation
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Refund
 from runs import worker
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.pages import page_text, signed_in
 
 pytestmark = pytest.mark.django_db
 
 APPROVE_BUTTON = 'name="action" value="approve"'
 
 
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
-
-
-def _text(response) -> str:
-    return re.sub(r"\s+", " ", response.content.decode())
-
-
 def _page(client: Client, approval: Approval, **post) -> str:
     path = f"/portal/approvals/{approval.interrupt_id}/"
     if post and "args_digest" not in post:
         # As a browser does: the form sends the digest of the arguments the page showed.
-        shown = re.search(r'name="args_digest" value="([0-9a-f]*)"', _text(client.get(path)))
+        shown = re.search(r'name="args_digest" value="([0-9a-f]*)"', page_text(client.get(path)))
         post = {**post, "args_digest": shown.group(1) if shown else ""}
     response = client.post(path, post, follow=True) if post else client.get(path)
     assert response.status_code == 200
-    return _text(response)
+    return page_text(response)
 
 
 def _row(inbox: str, approval: Approval) -> str:
@@ -59,9 +49,9 @@ def large_refund(demo) -> Approval:
 
 
 def test_before_anyone_approved_the_pages_say_two_approvals_are_needed(large_refund):
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
-    inbox = _text(sam.get("/portal/"))
+    inbox = page_text(sam.get("/portal/"))
     page = _page(sam, large_refund)
 
     assert "needs 2 approvals" in _row(inbox, large_refund)
@@ -74,7 +64,7 @@ def test_before_anyone_approved_the_pages_say_two_approvals_are_needed(large_ref
 def test_after_his_approval_sam_sees_it_waiting_for_another_supervisor_and_cannot_approve(
     large_refund,
 ):
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     # when sam approves
     done = _page(sam, large_refund, action="approve")
@@ -101,7 +91,7 @@ def test_after_his_approval_sam_sees_it_waiting_for_another_supervisor_and_canno
     ) in page
 
     # then his inbox says the call waits for someone else
-    row = _row(_text(sam.get("/portal/inbox/rows/")), large_refund)
+    row = _row(page_text(sam.get("/portal/inbox/rows/")), large_refund)
     assert (
         '1 of 2 approvals: you</span><br><strong class="waiting-for-another">'
         "Waiting for another supervisor</strong>"
@@ -109,11 +99,11 @@ def test_after_his_approval_sam_sees_it_waiting_for_another_supervisor_and_canno
 
 
 def test_sue_sees_sams_approval_and_her_approval_completes_the_call(large_refund):
-    _page(_signed_in("sam"), large_refund, action="approve")
-    sue = _signed_in("sue")
+    _page(signed_in("sam"), large_refund, action="approve")
+    sue = signed_in("sue")
 
     # when sue looks at her inbox and the call
-    row = _row(_text(sue.get("/portal/")), large_refund)
+    row = _row(page_text(sue.get("/portal/")), large_refund)
     page = _page(sue, large_refund)
 
     # then she reads sam's approval, and may give the second
@@ -135,12 +125,12 @@ def test_sue_sees_sams_approval_and_her_approval_completes_the_call(large_refund
     assert large_refund.decided_by.username == "sue"
     worker.tick()
     assert Refund.objects.get().amount == Decimal("500.00")
-    assert large_refund.interrupt_id not in _text(sue.get("/portal/inbox/rows/"))
+    assert large_refund.interrupt_id not in page_text(sue.get("/portal/inbox/rows/"))
 
 
 def test_approving_twice_from_a_page_drawn_before_is_said_on_the_page_not_an_error(large_refund):
     # given sam's two tabs on the call: he approves in the first
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     _page(sam, large_refund, action="approve")
 
     # when he presses approve in the second, drawn before his approval
@@ -151,7 +141,7 @@ def test_approving_twice_from_a_page_drawn_before_is_said_on_the_page_not_an_err
 
     # then the page says why nothing happened; his one approval stands
     assert response.status_code == 200
-    page = _text(response)
+    page = page_text(response)
     assert (
         '<li class="warning">You approved these arguments already; another supervisor must '
         "approve them too. Nothing was changed.</li>"
@@ -164,7 +154,7 @@ def test_approving_twice_from_a_page_drawn_before_is_said_on_the_page_not_an_err
 
 
 def test_sams_changes_count_as_his_approval_and_sue_approves_them(large_refund):
-    sam, sue = _signed_in("sam"), _signed_in("sue")
+    sam, sue = signed_in("sam"), signed_in("sue")
 
     # when sam revises the amount in the typed form
     done = _page(
@@ -179,11 +169,11 @@ def test_sams_changes_count_as_his_approval_and_sue_approves_them(large_refund):
     assert "Needs 2 approvals: 1 given by <strong>sam</strong> (with changes) at" in done
 
     # then sue reads what an approval now approves: sam's changes, in the form too
-    row = _row(_text(sue.get("/portal/")), large_refund)
+    row = _row(page_text(sue.get("/portal/")), large_refund)
     page = _page(sue, large_refund)
     assert "1 of 2 approvals: sam (with changes)" in row
     assert "<h2>Changed by sam, waiting for another approval</h2>" in page
-    assert "Approve sam&#x27;s changes</button>" in page
+    assert "Approve sam&#x27;s changes: 350.00 EUR</button>" in page
     assert 'name="arg-amount" value="350.00"' in page
     # the warnings judge what she would approve: alice asked for 500
     assert "The customer never wrote 350.00 in their messages" in page
@@ -203,10 +193,10 @@ def test_an_escalated_call_comes_first_in_the_inbox_marked_with_when(demo):
     Approval.objects.filter(pk=late.pk).update(escalate_at=timezone.now() - timedelta(seconds=1))
     assert escalation.approval_escalate(interrupt_id=late.interrupt_id)
     late.refresh_from_db()
-    sue = _signed_in("sue")
+    sue = signed_in("sue")
 
     # when sue opens her inbox and the escalated call
-    inbox = _text(sue.get("/portal/"))
+    inbox = page_text(sue.get("/portal/"))
     page = _page(sue, late)
 
     # then it is listed first, marked escalated with the time, and the page says when
@@ -225,9 +215,9 @@ def test_an_escalated_call_comes_first_in_the_inbox_marked_with_when(demo):
 def test_a_small_refund_under_the_policy_needs_one_approval_and_names_the_policy(demo):
     policy_set(demo, two_approvers_from="200.00")
     approval = approval_of(refund_run(demo, "20"))
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
-    row = _row(_text(sam.get("/portal/")), approval)
+    row = _row(page_text(sam.get("/portal/")), approval)
     page = _page(sam, approval)
 
     assert 'class="approvals"' not in row

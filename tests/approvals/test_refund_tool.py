@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 
 from approvals.models import Order, Refund
 from approvals.tools import IssueRefundArgs, issue_refund
-from runs.tools import CancellationToken, ToolContext
+from runs.tools import CancellationToken, ToolContext, ToolError
 
 pytestmark = pytest.mark.django_db
 
@@ -36,3 +36,14 @@ def test_many_small_refunds_add_up_exactly(demo):
     assert again["status"] == "executed"
     assert Refund.objects.count() == 10
     assert Order.objects.get(number="ORD-1003").refunded == Decimal("0.10")
+
+
+def test_another_customers_order_is_refused_whoever_approved_it(demo):
+    # given alice's run, and an approved refund naming bob's order
+    args = IssueRefundArgs(order_id="ORD-2001", amount=Decimal("20.00"), reason="goodwill")
+
+    # when it is carried out, then the executor refuses and nothing is paid
+    with pytest.raises(ToolError, match="no order ORD-2001 for this customer"):
+        issue_refund(args, _context(demo, "agent:refunds:2:0"))
+    assert Refund.objects.count() == 0
+    assert Order.objects.get(number="ORD-2001").refunded == Decimal("0.00")

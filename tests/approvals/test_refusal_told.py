@@ -3,11 +3,9 @@ reason, never EXECUTED; the API, the pages, the timeline and the metrics say so,
 customer is told in the chat and by email alike that the refund could not be made. Only the
 refund ledger's rows are ever shown as paid."""
 
-import re
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,6 +15,7 @@ from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunStatus, ToolExecution, ToolStatus
 from runs.snapshot import snapshot_parse
 from tests.approvals.test_approval_state_machine import execute_approved_refund
+from tests.pages import page_text, signed_in
 from tests.runs.helpers import run_claim
 
 pytestmark = pytest.mark.django_db
@@ -29,16 +28,6 @@ REFUSAL = (
 METRICS_TOKEN = "scrape-token-for-tests"
 
 
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
-
-
-def _text(response) -> str:
-    return re.sub(r"\s+", " ", response.content.decode())
-
-
 def _asked(bob: Client, text: str = ASKED) -> Approval:
     bob.post("/portal/chat/", {"text": text})
     worker.tick()
@@ -49,7 +38,7 @@ def _asked(bob: Client, text: str = ASKED) -> Approval:
 def refused(demo, api, django_capture_on_commit_callbacks) -> Approval:
     """bob asked for 20.00 on his 129.00 headphones; sam revised it to 1000.00 and the
     worker carried it out: the refund tool refused."""
-    bob = _signed_in("bob")
+    bob = signed_in("bob")
     approval = _asked(bob)
     with django_capture_on_commit_callbacks(execute=True):
         response = api("sam").post(
@@ -102,7 +91,7 @@ def test_the_api_says_failed_and_a_late_decision_is_refused(refused, api):
 
 def test_the_chat_answer_and_the_email_tell_the_refusal_and_no_refund(refused, mailoutbox):
     run = AgentRun.objects.get(pk=refused.run_id)
-    page = _text(_signed_in("bob").get("/portal/chat/"))
+    page = page_text(signed_in("bob").get("/portal/chat/"))
 
     # the assistant's answer and the shop's word both say it could not be made
     assert run.result.startswith("The refund of 1000.00 EUR for order ORD-2002 could not be made")
@@ -125,10 +114,10 @@ def test_the_email_is_written_once_however_often_the_call_is_looked_at(refused, 
 
 def test_a_later_call_on_the_order_does_not_list_the_refused_amount_as_paid(refused):
     # given bob asks again on the same order
-    later = _asked(_signed_in("bob"), "I want a refund for ORD-2002 amount 10")
+    later = _asked(signed_in("bob"), "I want a refund for ORD-2002 amount 10")
 
     # when sam opens it
-    page = _text(_signed_in("sam").get(f"/portal/approvals/{later.interrupt_id}/"))
+    page = page_text(signed_in("sam").get(f"/portal/approvals/{later.interrupt_id}/"))
 
     # then the refused 1000.00 is listed as refused, nothing as paid
     assert '<dt>Already refunded</dt><dd class="amount">0.00 EUR</dd>' in page
@@ -138,7 +127,7 @@ def test_a_later_call_on_the_order_does_not_list_the_refused_amount_as_paid(refu
 
 
 def test_the_call_page_and_the_timeline_say_the_tool_refused(refused):
-    page = _text(_signed_in("sam").get(f"/portal/approvals/{refused.interrupt_id}/"))
+    page = page_text(signed_in("sam").get(f"/portal/approvals/{refused.interrupt_id}/"))
     [result] = RunEvent.objects.filter(
         run_id=refused.run_id, type="tool.result", data__tool="issue_refund"
     )
@@ -150,10 +139,10 @@ def test_the_call_page_and_the_timeline_say_the_tool_refused(refused):
 
 
 def test_the_admin_lists_and_filters_the_refused_call(refused):
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
-    failed = _text(sam.get("/admin/approvals/approval/?status__exact=FAILED"))
-    executed = _text(sam.get("/admin/approvals/approval/?status__exact=EXECUTED"))
+    failed = page_text(sam.get("/admin/approvals/approval/?status__exact=FAILED"))
+    executed = page_text(sam.get("/admin/approvals/approval/?status__exact=EXECUTED"))
 
     assert refused.interrupt_id in failed and "Failed: the tool refused" in failed
     assert refused.interrupt_id not in executed
@@ -175,7 +164,7 @@ def test_the_metrics_count_the_refused_call(refused, settings):
 def test_a_refusal_whose_run_stops_before_reporting_it_is_still_told_as_a_refusal(demo, api):
     # given bob's 20.00 revised to 1000.00, which a worker carries out (the tool refuses) and
     # is stopped before it commits its step
-    approval = _asked(_signed_in("bob"))
+    approval = _asked(signed_in("bob"))
     revised = {**approval.proposed_args, "amount": "1000.00"}
     api("sam").post(
         f"/api/v1/approvals/{approval.interrupt_id}/decision",
@@ -196,7 +185,7 @@ def test_a_refusal_whose_run_stops_before_reporting_it_is_still_told_as_a_refusa
         RunEvent.objects.filter(run_id=lease.run_id).order_by("seq").values_list("type", flat=True)
     )
     assert types[-2:] == ["approval.failed", "run.cancelled"]
-    page = _text(_signed_in("bob").get("/portal/chat/"))
+    page = page_text(signed_in("bob").get("/portal/chat/"))
     assert REFUSAL in page
     assert "carried out" not in page and "refunded" not in page
     assert not Refund.objects.exists()

@@ -127,7 +127,9 @@ def test_sams_changes_count_as_his_approval_and_sue_approves_what_he_changed(
     sue.goto(f"{live_server.url}/portal/approvals/{large_refund.interrupt_id}/")
     assert "1 given by sam (with changes)" in sue.inner_text("#approvals")
     assert "350.00 EUR" in sue.inner_text("#approved-args")
-    assert sue.inner_text("#typed-form button[value=approve]") == "Approve sam's changes"
+    assert sue.inner_text("#typed-form button[value=approve]") == (
+        "Approve sam's changes: 350.00 EUR"
+    )
     assert sue.input_value("#id_arg-amount") == "350.00"
     _both_widths(sue, "four-eyes-revised-by-the-first")
     sue.click("#typed-form button[value=approve]")

@@ -86,7 +86,7 @@ def test_a_revision_in_the_typed_form_keeps_every_edit_on_error_then_runs_as_rev
 
     # then the error is beside the amount, and both his edits are still in their fields
     screenshot(sam, "approval-typed-error")
-    assert "greater than 0" in sam.inner_text("#id_arg-amount-errors")
+    assert "an amount like 49.90" in sam.inner_text("#id_arg-amount-errors")
     assert sam.get_attribute("#id_arg-amount", "aria-invalid") == "true"
     assert sam.input_value("#id_arg-amount") == "-3"
     assert sam.input_value("#id_arg-reason") == "only one shoe came back"

@@ -10,14 +10,11 @@ answer comes and gives the call up; made long, the answer comes first.
 """
 
 import copy
-import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.utils import timezone
 
 from runs import services, worker
@@ -27,6 +24,7 @@ from runs.services import Lease, LostRun, StepCommit
 from tests import factories, threads
 from tests.conftest import wait_for
 from tests.runs import helpers
+from tests.threads import Background
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,30 +34,6 @@ STUB_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 LATENCY = 1.5
 # Longer than the test: the worker does not look at the run before the answer comes.
 NO_POLL = 60.0
-
-
-class Background:
-    """A call in a thread of its own (the worker), on its own connection."""
-
-    def __init__(self, target: Callable[[], Any]):
-        self.error: BaseException | None = None
-
-        def body() -> None:
-            try:
-                target()
-            except BaseException as error:
-                self.error = error
-            finally:
-                connection.close()
-
-        self.thread = threading.Thread(target=body)
-        self.thread.start()
-
-    def join(self, timeout: float = 30) -> None:
-        self.thread.join(timeout=timeout)
-        assert not self.thread.is_alive(), "the worker thread hung"
-        if self.error is not None:
-            raise self.error
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ def _finished_run(demo, *, days_ago: float) -> AgentRun:
     RunInput.objects.create(run=run, interrupt_id=f"i-{run.pk}", idempotency_key="k", kind="x")
     moment = timezone.now() - timedelta(days=days_ago)
     AgentRun.objects.filter(pk=run.pk).update(created_at=moment, finished_at=moment)
+    RunInput.objects.filter(run=run).update(created_at=moment)
     return AgentRun.objects.get(pk=run.pk)
 
 
@@ -79,3 +80,24 @@ def test_prune_deletes_the_records_of_old_finished_runs_in_batches_and_keeps_the
 def test_prune_refuses_an_age_it_cannot_read(older_than):
     with pytest.raises(CommandError, match="takes a number and a unit"):
         _prune(f"--older-than={older_than}")
+
+
+def test_input_receipts_are_kept_a_day_whatever_the_age_given(demo):
+    # given a run finished 13 hours ago and one finished 25 hours ago, each with the receipt of
+    # an input (an idempotency key a client may still retry)
+    recent = _finished_run(demo, days_ago=13 / 24)
+    day_old = _finished_run(demo, days_ago=25 / 24)
+
+    # when pruned past 12 hours
+    output = _prune("--older-than", "12h")
+
+    # then both runs lose their events and attempts, but only the day-old receipt goes
+    assert _records(recent) == (0, 0, 1)
+    assert _records(day_old) == (0, 0, 0)
+    assert "1 input receipts" in output
+    assert "receipts younger than 24 hours are kept" in output
+
+    # and once the kept receipt is a day old, the next prune deletes it
+    RunInput.objects.filter(run=recent).update(created_at=timezone.now() - timedelta(hours=25))
+    assert "1 input receipts" in _prune("--older-than", "12h")
+    assert _records(recent) == (0, 0, 0)

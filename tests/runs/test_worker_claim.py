@@ -5,7 +5,6 @@ run on SQLite (IMMEDIATE transactions, no row locks) and on PostgreSQL (row lock
 """
 
 import functools
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,7 +13,6 @@ from typing import Any, TypeVar
 import pytest
 import time_machine
 from django.contrib.auth.models import User
-from django.db import connection
 from django.utils import timezone
 
 from agentportal.errors import RunFinished
@@ -39,6 +37,7 @@ from runs.tools import TOOLS
 from tests import factories, threads
 from tests.conftest import wait_for
 from tests.runs import helpers
+from tests.threads import Background
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,32 +53,6 @@ STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
 def in_threads(target: Callable[[int], T], count: int) -> list[T]:
     """Run target(i) in `count` threads released together; re-raise the first error."""
     return threads.in_threads([functools.partial(target, index) for index in range(count)])
-
-
-class Background:
-    """One call in a thread of its own (a second worker); join() returns its result."""
-
-    def __init__(self, target: Callable[[], T]):
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-        def body() -> None:
-            try:
-                self.result = target()
-            except BaseException as error:
-                self.error = error
-            finally:
-                connection.close()
-
-        self.thread = threading.Thread(target=body)
-        self.thread.start()
-
-    def join(self, timeout: float = 30) -> Any:
-        self.thread.join(timeout=timeout)
-        assert not self.thread.is_alive(), "the worker thread hung"
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 def customer_with_order(merchant: Merchant, number: str) -> User:

@@ -6,6 +6,7 @@ over once it has run for a minute); the portal stops only when it is told to.
 """
 
 import contextlib
+import ipaddress
 import os
 import signal
 import subprocess
@@ -103,6 +104,8 @@ class Command(BaseCommand):
         for child in children:
             child.start()
         self._welcome(role, host, port, workers)
+        if "web" in ROLES[role]:
+            self._warn_if_anyone_reaches(host)
         while not stopping:
             for child in children:
                 self._supervise(child)
@@ -161,6 +164,22 @@ class Command(BaseCommand):
                 child.process.kill()
                 child.process.wait()
             child.kill_leftovers()
+
+    def _warn_if_anyone_reaches(self, host: str) -> None:
+        """Serving every address with no proxy named: either clients reach the server directly
+        (it should listen only where the proxy reaches it), or a proxy is in front and every
+        client is counted as the proxy's address."""
+        try:
+            everyone = ipaddress.ip_address(host).is_unspecified
+        except ValueError:
+            everyone = host == ""
+        if everyone and not settings.AGENTPORTAL["TRUSTED_PROXIES"]:
+            self.stderr.write(
+                f"runportal: listening on {host or 'every address'} and "
+                "AGENTPORTAL_TRUSTED_PROXIES is not set: bind the web server where only your "
+                "proxy reaches it (--host), and set AGENTPORTAL_TRUSTED_PROXIES to the proxy's "
+                "address so that the lockout and rate limits count each client, not the proxy."
+            )
 
     def _welcome(self, role: str, host: str, port: int, workers: int) -> None:
         if role == "worker":

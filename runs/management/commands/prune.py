@@ -24,7 +24,8 @@ def age(text: str) -> timedelta:
 class Command(BaseCommand):
     help = (
         "Delete the events, model attempts and input receipts of runs that finished before the "
-        "given age; the runs and what a domain recorded about them are kept. Safe to run again."
+        "given age (input receipts, which hold idempotency keys, once a day old at least); the "
+        "runs and what a domain recorded about them are kept. Safe to run again."
     )
 
     def add_arguments(self, parser):
@@ -51,5 +52,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Deleted {totals['events']} events, {totals['attempts']} model attempts and "
             f"{totals['inputs']} input receipts of the {totals['runs']} runs that finished "
-            f"before {cutoff:%Y-%m-%d %H:%M} UTC."
+            f"before {cutoff:%Y-%m-%d %H:%M} UTC (input receipts younger than 24 hours are "
+            "kept: their idempotency keys may still be retried)."
         )

@@ -164,19 +164,22 @@ def refund_concerns(
     return concerns
 
 
+def _customers_order(approval: Approval, number: str):
+    """The order `number` names, when it is one of the call's customer's; else None."""
+    if not number:
+        return None
+    return selectors.order_for_customer(
+        merchant_id=approval.merchant_id, customer_id=approval.run.account_id, number=number
+    )
+
+
 def revision_concerns(approval: Approval, arguments: dict[str, Any]) -> list[Concern]:
     """The warnings of the call's page, for a revision of it to `arguments` (validated): its
     order must be the customer's and its amount within what is refundable."""
     if approval.tool_name != "issue_refund":
         return []
     number = _order_number(arguments)
-    order = (
-        selectors.order_for_customer(
-            merchant_id=approval.merchant_id, customer_id=approval.run.account_id, number=number
-        )
-        if number
-        else None
-    )
+    order = _customers_order(approval, number)
     _, open_amounts = _earlier_refunds(order, approval) if order else ([], [])
     amount = _amount(arguments)
     return refund_concerns(
@@ -197,13 +200,7 @@ def approval_decision_context(approval: Approval) -> dict[str, Any]:
     customer said, the order and its refunds, and (while it waits) the warnings."""
     arguments = approval.proposed_args
     number = _order_number(arguments)
-    order = (
-        selectors.order_for_customer(
-            merchant_id=approval.merchant_id, customer_id=approval.run.account_id, number=number
-        )
-        if number
-        else None
-    )
+    order = _customers_order(approval, number)
     currency = order.currency if order else ""
     transcript = run_selectors.run_transcript(approval.run)
     refunds, open_amounts = _earlier_refunds(order, approval) if order else ([], [])

@@ -6,10 +6,18 @@ as server-sent chunks (text a word at a time) spread over the latency, as a mode
 notes when each answer's first word went out.
 
 It runs on an event loop in a thread of its own, so that hundreds of calls can wait at once.
+`python -m runs.model_stub --port P --latency S [--text-only]` runs it as a process of its
+own (an outside endpoint, as a real model's is): it prints its base URL once it listens, and
+what it served as one JSON line when it is stopped (SIGTERM or SIGINT).
 """
 
+import argparse
 import asyncio
 import json
+import os
+import signal
+import statistics
+import sys
 import threading
 import time
 import uuid
@@ -34,10 +42,10 @@ class ModelStub:
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
-    def start(self) -> "ModelStub":
+    def start(self, port: int = 0) -> "ModelStub":
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._connection, "127.0.0.1", 0, backlog=4096), self._loop
+            asyncio.start_server(self._connection, "127.0.0.1", port, backlog=4096), self._loop
         ).result()
         return self
 
@@ -197,3 +205,36 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, An
             length = int(value.strip())
     payload = await reader.readexactly(length) if length else b"{}"
     return path, json.loads(payload)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m runs.model_stub", description=__doc__)
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds an answer takes")
+    parser.add_argument("--text-only", action="store_true", help="answer with text at once")
+    options = parser.parse_args(argv)
+    if not options.text_only:
+        # The scripted answers play the script the domain registers as Django starts.
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentportal.settings")
+        django.setup()
+    stub = ModelStub(latency=options.latency, text_only=options.text_only).start(options.port)
+    stopped = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopped.set())
+    print(stub.base_url, flush=True)
+    while not stopped.wait(1):
+        pass
+    stub.stop()
+    words = stub.first_words
+    served = {
+        "calls": stub.calls,
+        "max_in_flight": stub.max_in_flight,
+        "first_word_ms_p50": round(statistics.median(words) * 1000, 1) if words else None,
+    }
+    print(json.dumps(served), file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

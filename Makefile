@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test install lint format bench
+.PHONY: demo test install lint format bench bench-peers
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,3 +44,10 @@ bench: $(INSTALLED)
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py seed_demo && \
 	$(PY) manage.py bench --runs 2000 --workers 2
+
+# The portal and LangGraph + PostgresSaver side by side (approvals/bench/side_by_side.py), on
+# the PostgreSQL server of DATABASE_URL (DEBUG off, a random key unless DJANGO_SECRET_KEY gives
+# one); the peer's packages come with the `peers` extra.
+bench-peers: $(INSTALLED)
+	$(PY) -m pip install --quiet -e ".[test,peers]"
+	$(PY) -m approvals.bench.side_by_side --repeats 3

@@ -26,7 +26,7 @@ from approvals.live import Topic, page_states
 from approvals.management.commands._scale_plot import curves_svg, curves_table
 from approvals.management.commands._scale_seed import CLAIMABLE, Scale, scale_seed
 from runs import selectors
-from runs.models import FINISHED_STATUSES, AgentRun, RunEvent
+from runs.models import AgentRun, RunEvent, RunStatus
 from runs.serializers import RunEventSerializer
 from runs.services.retention import runs_prune_batch
 from runs.services.scheduling import runs_claim
@@ -96,17 +96,21 @@ class ScaleScenario:
         supervisor.force_login(scale.supervisor)
         api = Client(secure=True, headers={"Authorization": f"Bearer {scale.api_key}"})
         approval = scale.pending[0]
+        # The inbox page lists the oldest calls first, the API the newest.
+        shown, newest = approval.interrupt_id, scale.pending[-1].interrupt_id
         topics = [Topic("inbox", str(scale.supervisor.pk))] + [
             Topic("approval", str(call.pk)) for call in scale.pending[:LIVE_PAGES]
         ]
         # The streams' cursors one event short of each run's last: every read finds news.
         cursors = {call.run_id: max(0, call.run.last_event_seq - 1) for call in scale.pending}
 
-        def page(client: Client, path: str) -> Callable[[], None]:
+        def page(client: Client, path: str, shows: str) -> Callable[[], None]:
             def get() -> None:
                 response = client.get(path)
-                if response.status_code != 200:
-                    raise CommandError(f"GET {path} answered {response.status_code}")
+                if response.status_code != 200 or shows not in response.content.decode():
+                    raise CommandError(
+                        f"GET {path} answered {response.status_code} without {shows}"
+                    )
 
             return get
 
@@ -131,10 +135,10 @@ class ScaleScenario:
 
         paths: dict[str, Callable[[], object]] = {
             "claim": claim,
-            "inbox_portal": page(supervisor, "/portal/"),
-            "inbox_api": page(api, "/api/v1/approvals?status=PENDING_APPROVAL"),
-            "run_page_portal": page(supervisor, f"/portal/approvals/{approval.interrupt_id}/"),
-            "run_api": page(api, f"/api/v1/runs/{approval.run_id}"),
+            "inbox_portal": page(supervisor, "/portal/", shown),
+            "inbox_api": page(api, "/api/v1/approvals?status=PENDING_APPROVAL", newest),
+            "run_page_portal": page(supervisor, f"/portal/approvals/{shown}/", shown),
+            "run_api": page(api, f"/api/v1/runs/{approval.run_id}", str(approval.run_id)),
             "live_pages": lambda: page_states(topics),
             "run_streams": streams,
             "reconcile": plans.plans_reconcile_due,
@@ -155,8 +159,8 @@ class ScaleScenario:
                     f"/runs/{scale.pending[0].run_id}",
                 ):
                     _get_json(base, scale.api_key, path)
-            queued = AgentRun.objects.filter(merchant=scale.shop).exclude(
-                status__in=[*FINISHED_STATUSES, "WAITING_APPROVAL"]
+            queued = AgentRun.objects.filter(
+                merchant=scale.shop, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]
             )
             ends = time.monotonic() + 120
             while queued.exists():

@@ -36,6 +36,7 @@ EVENTS = ("run.queued", "run.started", "run.completed")
 BATCH = 10_000
 ORDER_BASE = 500_000
 REFUND = "I want a refund for ORD-{number} amount 10"
+QUESTION = "What is the status of order ORD-{number}?"  # answered at once
 
 
 @dataclass
@@ -173,9 +174,9 @@ def _memberships_and_orders(customers: list[tuple[int, int]], now) -> None:
 def _supervision(shop: Merchant) -> Scale:
     """The supervisor of the first shop, with PENDING calls waiting for them, made by the
     product's own runs; and CLAIMABLE runs queued in that shop for the claim."""
-    supervisor, made = User.objects.get_or_create(username=SUPERVISOR)
+    supervisor, made = User.objects.get_or_create(username=SUPERVISOR, defaults={"is_staff": True})
     if made:
-        supervisor.set_unusable_password()
+        supervisor.set_unusable_password()  # signed in by the measurements' test client
         supervisor.save(update_fields=["password"])
         Membership.objects.create(user=supervisor, merchant=shop, role=Role.SUPERVISOR)
     customers = list(
@@ -185,8 +186,8 @@ def _supervision(shop: Merchant) -> Scale:
     )
     pending = Approval.objects.filter(merchant=shop, status=ApprovalStatus.PENDING_APPROVAL)
     if not pending.exists():
-        for number, customer in enumerate(customers[:PENDING]):
-            content = REFUND.format(number=ORDER_BASE + number)
+        for customer in customers[:PENDING]:
+            content = REFUND.format(number=ORDER_BASE + int(customer.username.rsplit("-", 1)[1]))
             services.queue_run(
                 merchant=shop, account=customer, messages=[{"role": "user", "content": content}]
             )
@@ -197,12 +198,15 @@ def _supervision(shop: Merchant) -> Scale:
             if not unfinished.exists():
                 break
             worker.tick()
-        for customer in customers[PENDING : PENDING + CLAIMABLE]:
-            services.queue_run(
-                merchant=shop,
-                account=customer,
-                messages=[{"role": "user", "content": "Where is my parcel?"}],
-            )
+    # Topped up at each size: the portal started for its memory ran the earlier ones.
+    queued = AgentRun.objects.filter(merchant=shop, status=RunStatus.QUEUED).count()
+    for customer in customers[PENDING + queued : PENDING + CLAIMABLE]:
+        number = ORDER_BASE + int(customer.username.rsplit("-", 1)[1])
+        services.queue_run(
+            merchant=shop,
+            account=customer,
+            messages=[{"role": "user", "content": QUESTION.format(number=number)}],
+        )
     return Scale(
         supervisor=supervisor,
         shop=shop,

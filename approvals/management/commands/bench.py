@@ -16,6 +16,10 @@ it adds each phase's rate and the reconcile
 sweep's cost with --waiting runs (default 10,000) waiting on plans, a hundred of them changed.
 The `auto_approval` scenario is the `approval` one's refund under a policy that approves it
 with no person: the throughput phase, end to end.
+The `scale` scenario seeds history (shops, finished runs with their events, decided calls) at
+each of --sizes and times each hot path there, in this process; it writes a table and a plot
+of the curves to --artifacts, with the resident memory of a web and a worker process at the
+largest size (see _scale.py).
 The `stop` scenario measures /stop: one worker is inside a slow warehouse call when a customer
 sends /stop; it reports the request's latency and the time from its answer until
 the worker abandoned the run (it starts the run queued behind it). The last line printed is
@@ -34,6 +38,7 @@ import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -54,6 +59,7 @@ from approvals.management.commands._measure import (
     post_concurrently,
     post_json,
 )
+from approvals.management.commands._scale import ScaleScenario, sizes_parse
 from approvals.management.commands._streams import StreamsScenario
 from approvals.models import (
     Approval,
@@ -89,13 +95,13 @@ STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
 FINISHED = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
 
 
-class Command(LlmScenario, StreamsScenario, BaseCommand):
+class Command(LlmScenario, StreamsScenario, ScaleScenario, BaseCommand):
     help = "Benchmark scripted runs through the real worker cluster; prints one JSON line last."
 
     def add_arguments(self, parser):
         parser.add_argument("--runs", type=int, default=1000)
         parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--scenario", choices=sorted(MESSAGES), default="plain")
+        parser.add_argument("--scenario", choices=sorted([*MESSAGES, "scale"]), default="plain")
         parser.add_argument("--calibration-runs", type=int, default=30)
         parser.add_argument("--timeout", type=float, default=600.0)
         parser.add_argument("--log", default=os.devnull, help="Where the workers' output goes.")
@@ -133,6 +139,24 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
             default=settings.AGENTPORTAL["WEB_PROCESSES"],
             help="The web server's processes (streams).",
         )
+        parser.add_argument(
+            "--sizes",
+            default="1000:100000,10000:1000000",
+            help="Sizes as shops:finished-runs pairs, growing (scale).",
+        )
+        parser.add_argument(
+            "--repeat", type=int, default=15, help="Timings of each path per size (scale)."
+        )
+        parser.add_argument(
+            "--no-rss",
+            action="store_true",
+            help="Skip starting the portal to read its processes' memory (scale).",
+        )
+        parser.add_argument(
+            "--artifacts",
+            default=str(settings.BASE_DIR / "artifacts"),
+            help="Where the curves are written (scale).",
+        )
 
     def handle(
         self,
@@ -157,6 +181,18 @@ class Command(LlmScenario, StreamsScenario, BaseCommand):
             raise CommandError("--runs and --workers must be at least 1")
         self.scenario = scenario
         self._portal_log = open(log, "a")  # noqa: SIM115 (children write to it until the end)
+        if scenario == "scale":
+            if options["repeat"] < 1:
+                raise CommandError("--repeat must be at least 1")
+            result = self._scale(
+                sizes=sizes_parse(options["sizes"]),
+                repeat=options["repeat"],
+                rss=not options["no_rss"],
+                artifacts=Path(options["artifacts"]),
+            )
+            result.update({"scenario": scenario, "database": connection.vendor})
+            self.stdout.write(json.dumps(result))
+            return
         merchant = self._bench_shop(max(runs, calibration_runs))
         self._clear(merchant)
         policy_update(

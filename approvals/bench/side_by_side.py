@@ -78,6 +78,7 @@ def _last_json(output: str) -> dict:
 
 def ours(options, env: dict[str, str], pair: str, stub: Stub | None) -> dict:
     command = [sys.executable, "manage.py", "bench", "--workers", str(options.workers)]
+    command += ["--repeat", "1"]  # this harness repeats, alternating with the peer
     run_env = dict(env)
     if pair == "plain":
         command += ["--scenario", "plain", "--runs", str(options.plain_runs)]

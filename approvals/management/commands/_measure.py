@@ -78,3 +78,21 @@ def post_concurrently(base: str, requests: list[tuple[str, str, dict]]) -> dict:
         **{f"{name}_ms": value for name, value in percentiles(latencies).items()},
         "statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))},
     }
+
+
+def with_spread(results: list[dict], figure: str) -> dict:
+    """The result whose `figure` is the median of all, with `<figure>_spread`: each run's
+    figure in order, min, median, max, and max - min as a percentage of the median."""
+    ranked = sorted(results, key=lambda result: result[figure])
+    median = ranked[(len(ranked) - 1) // 2]
+    low, middle, high = ranked[0][figure], median[figure], ranked[-1][figure]
+    return {
+        **median,
+        f"{figure}_spread": {
+            "each": [result[figure] for result in results],
+            "min": low,
+            "median": middle,
+            "max": high,
+            "spread_pct": round(100 * (high - low) / middle, 1) if middle else None,
+        },
+    }

@@ -58,6 +58,7 @@ from approvals.management.commands._measure import (
     percentiles,
     post_concurrently,
     post_json,
+    with_spread,
 )
 from approvals.management.commands._scale import ScaleScenario, sizes_parse
 from approvals.management.commands._streams import StreamsScenario
@@ -145,7 +146,13 @@ class Command(LlmScenario, StreamsScenario, ScaleScenario, BaseCommand):
             help="Sizes as shops:finished-runs pairs, growing (scale).",
         )
         parser.add_argument(
-            "--repeat", type=int, default=15, help="Timings of each path per size (scale)."
+            "--repeat",
+            type=int,
+            help=(
+                "Timings of each path per size (scale; default 15), or throughput runs "
+                "(plain, auto_approval, llm; default 3): the figures are the median run's, "
+                "with the spread of all."
+            ),
         )
         parser.add_argument(
             "--no-rss",
@@ -181,12 +188,13 @@ class Command(LlmScenario, StreamsScenario, ScaleScenario, BaseCommand):
             raise CommandError("--runs and --workers must be at least 1")
         self.scenario = scenario
         self._portal_log = open(log, "a")  # noqa: SIM115 (children write to it until the end)
+        repeat = options["repeat"] or (15 if scenario == "scale" else 3)
+        if repeat < 1:
+            raise CommandError("--repeat must be at least 1")
         if scenario == "scale":
-            if options["repeat"] < 1:
-                raise CommandError("--repeat must be at least 1")
             result = self._scale(
                 sizes=sizes_parse(options["sizes"]),
-                repeat=options["repeat"],
+                repeat=repeat,
                 rss=not options["no_rss"],
                 artifacts=Path(options["artifacts"]),
             )
@@ -220,15 +228,18 @@ class Command(LlmScenario, StreamsScenario, ScaleScenario, BaseCommand):
                 raise CommandError(
                     "--shops and --capacity must be at least 1, a latency and a rate 0 or more"
                 )
-            result = self._llm_throughput(
-                runs=runs,
-                workers=workers,
-                shops=shops,
-                capacity=capacity,
-                latency=model_latency,
-                one_call=one_call,
-                timeout=timeout,
-                rate=rate,
+            result = self._repeated(
+                lambda: self._llm_throughput(
+                    runs=runs,
+                    workers=workers,
+                    shops=shops,
+                    capacity=capacity,
+                    latency=model_latency,
+                    one_call=one_call,
+                    timeout=timeout,
+                    rate=rate,
+                ),
+                repeat,
             )
         elif scenario == "streams":
             if streams < 0 or web_processes < 1 or rate < 0:
@@ -244,7 +255,9 @@ class Command(LlmScenario, StreamsScenario, ScaleScenario, BaseCommand):
                 timeout=timeout,
             )
         else:
-            result = self._throughput(merchant, runs, workers, timeout)
+            result = self._repeated(
+                lambda: self._throughput(merchant, runs, workers, timeout), repeat, merchant
+            )
         result.update(
             {
                 "scenario": scenario,
@@ -418,6 +431,17 @@ class Command(LlmScenario, StreamsScenario, ScaleScenario, BaseCommand):
                 ticket=ticket, principal=reviewer, proposal_version=1, decision="approve", note=""
             )
             plans.plan_reconcile(run_id=ticket.run_id)
+
+    def _repeated(self, measure, repeat: int, merchant: Merchant | None = None) -> dict:
+        """The median run's figures of `repeat` throughput runs, with the spread of all: a
+        stall shows as a spread, never hides in one figure."""
+        results = []
+        for index in range(repeat):
+            if merchant is not None:
+                self._clear(merchant)
+            results.append(measure())
+            self.stderr.write(f"run {index + 1} of {repeat}: {results[-1]['runs_per_s']} runs/s")
+        return with_spread(results, "runs_per_s")
 
     def _throughput(self, merchant: Merchant, runs: int, workers: int, timeout: float) -> dict:
         self._queue(merchant, runs)

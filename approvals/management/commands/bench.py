@@ -275,6 +275,7 @@ class Command(LlmScenario, StreamsScenario, ScaleScenario, BaseCommand):
             "workers",
             "wall_s",
             "runs_per_s",
+            "runs_per_s_spread",
             "steps_per_s",
             "queued_to_done_ms",
             "queries_per_step",

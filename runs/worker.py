@@ -129,7 +129,7 @@ class _Claims:
         if holding and (slots - holding < group or now < self.retry_at):
             return []
         try:
-            leases = services.runs_claim(limit=group)
+            leases = services.runs_claim(limit=group, processes=settings.Q_CLUSTER["workers"])
         except DatabaseError:
             logger.exception("claiming runs failed; trying again after a poll")
             leases = []

@@ -13,6 +13,7 @@ from runs.services.statements import (
     CANDIDATES_SQL,
     CLAIM_SHOPS,
     CLAIM_UPDATE_SQL,
+    HELD_COUNTS_SQL,
     MERCHANTS_LOCK_SQL,
     NEXT_RUNS_OF_SHOPS_SQL,
     NEXT_RUNS_SQL,
@@ -27,8 +28,13 @@ from runs.services.statements import (
 )
 
 
-def runs_claim(*, limit: int) -> list[Lease]:
+def runs_claim(*, limit: int, processes: int = 1) -> list[Lease]:
     """Claim up to `limit` runs fairly and take their leases; [] when nothing is claimable.
+
+    `processes`: the worker processes sharing the shops. This one then holds at most its
+    share of each shop's slots (the capacity over `processes`, rounded up): a process
+    executes on one core, and one that took a shop's whole capacity would leave the others
+    idle while it ran the shop's backlog alone.
 
     Shops under their reserved slots first (up to those slots), then the shop scheduled
     longest ago, then its oldest runs, as if the runs were claimed one at a time: the room is
@@ -50,7 +56,10 @@ def runs_claim(*, limit: int) -> list[Lease]:
         progress = False
         for start in range(0, len(candidates), CLAIM_SHOPS):
             claimed, failed = _claim_from(
-                candidates[start : start + CLAIM_SHOPS], shares=shares, limit=limit - len(leases)
+                candidates[start : start + CLAIM_SHOPS],
+                shares=shares,
+                limit=limit - len(leases),
+                processes=processes,
             )
             leases += claimed
             progress = progress or bool(claimed or failed)
@@ -62,7 +71,7 @@ def runs_claim(*, limit: int) -> list[Lease]:
 
 
 def _claim_from(
-    candidates: list[int], *, shares: dict[int, int], limit: int
+    candidates: list[int], *, shares: dict[int, int], limit: int, processes: int
 ) -> tuple[list[Lease], int]:
     """Claim up to its share of runs from each shop in `candidates`, in their order, and
     `limit` in all; the leases, and how many of the runs found had to be failed instead (past
@@ -81,6 +90,10 @@ def _claim_from(
         with connection.cursor() as cursor:
             cursor.execute(OCCUPYING_COUNTS_SQL, ids)
             occupied = dict(cursor.fetchall())
+            held_here = {}
+            if processes > 1:
+                cursor.execute(HELD_COUNTS_SQL, [*ids, process_name()])
+                held_here = dict(cursor.fetchall())
         quotas = {}
         for merchant_id in candidates:
             merchant = merchants.get(merchant_id)
@@ -92,6 +105,9 @@ def _claim_from(
         for merchant_id, runs in found.items():
             merchant = merchants[merchant_id]
             free = _free_slots(merchant, occupied.get(merchant_id, 0))
+            if processes > 1:
+                share = -(-merchant.max_running_runs // processes)
+                free = min(free, share - held_here.get(merchant_id, 0))
             taken = [
                 claim
                 for run in _within_capacity(runs, free)

@@ -217,6 +217,12 @@ OCCUPYING_COUNTS_SQL = (
     f"SELECT {_run('merchant')}, COUNT(*) FROM {RUNS}"
     f" WHERE {_run('merchant')} IN ({_SHOP_IDS}) AND {occupying_sql()} GROUP BY {_run('merchant')}"
 )
+# The runs of each shop this process holds (parameters: the shop ids, then its lease holder).
+HELD_COUNTS_SQL = (
+    f"SELECT {_run('merchant')}, COUNT(*) FROM {RUNS}"
+    f" WHERE {_run('merchant')} IN ({_SHOP_IDS}) AND {occupying_sql()}"
+    f" AND {_run('lease_holder')} = %s GROUP BY {_run('merchant')}"
+)
 # Expired leases first: taking one over needs no free slot, and queued runs must not crowd
 # it out of the claim's limit.
 NEXT_RUNS_SQL = (

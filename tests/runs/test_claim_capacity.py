@@ -141,3 +141,26 @@ def test_racing_claims_over_many_shops_never_exceed_any_shops_capacity(capacity)
     assert set(running.values()) == {capacity}
     assert sum(claimed) == 10 * capacity
     assert not AgentRun.objects.filter(merchant__in=merchants, lease_token__gt=1).exists()
+
+
+def test_a_worker_process_takes_only_its_share_of_a_shop_and_leaves_the_rest_to_the_others():
+    # given: a shop of capacity 5 with more queued runs, and two worker processes
+    [merchant] = _shops_with_queued_runs(1, runs=8, capacity=5)
+
+    # when: this process claims, twice
+    first = services.runs_claim(limit=8, processes=2)
+    again = services.runs_claim(limit=8, processes=2)
+
+    # then: it holds its share (5 over 2, rounded up) and no more
+    assert (len(first), again) == (3, [])
+    assert _running_by_shop([merchant]) == {merchant.pk: 3}
+
+    # when: its runs were another process's, this one's claim takes what the shop has left
+    AgentRun.objects.filter(pk__in=[lease.run_id for lease in first]).update(
+        lease_holder="process:elsewhere:1"
+    )
+    other = services.runs_claim(limit=8, processes=2)
+
+    # then: the shop is full, never over
+    assert len(other) == 2
+    assert _running_by_shop([merchant]) == {merchant.pk: 5}

@@ -52,16 +52,16 @@ from agentportal.principals import Principal
 from agentportal.services import api_key_create
 from approvals import plans
 from approvals import services as approval_services
-from approvals.management.commands._llm import LlmScenario
-from approvals.management.commands._measure import (
+from approvals.bench.measure import (
     free_port,
     percentiles,
     post_concurrently,
     post_json,
     with_spread,
 )
-from approvals.management.commands._scale import ScaleScenario, sizes_parse
-from approvals.management.commands._streams import StreamsScenario
+from approvals.bench.scenarios.llm import LlmScenario
+from approvals.bench.scenarios.scale import ScaleScenario, sizes_parse
+from approvals.bench.scenarios.streams import StreamsScenario
 from approvals.models import (
     Approval,
     ApprovalStatus,

@@ -22,9 +22,9 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals import plans
+from approvals.bench.scale.plot import curves_svg, curves_table
+from approvals.bench.scale.seed import CLAIMABLE, Scale, scale_seed
 from approvals.live import Topic, page_states
-from approvals.management.commands._scale_plot import curves_svg, curves_table
-from approvals.management.commands._scale_seed import CLAIMABLE, Scale, scale_seed
 from runs import selectors
 from runs.models import AgentRun, RunEvent, RunStatus
 from runs.serializers import RunEventSerializer

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import connection
 
-from approvals.management.commands._measure import percentiles
+from approvals.bench.measure import percentiles
 from runs import deltas
 from runs.model_stub import ModelStub
 from runs.models import FINISHED_STATUSES, AgentRun, ModelAttempt, RunEvent, RunStatus

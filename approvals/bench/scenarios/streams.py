@@ -25,8 +25,8 @@ from django.core.management.base import CommandError
 
 from agentportal.models import Merchant
 from agentportal.services import api_key_create
-from approvals.management.commands._llm import _descendants
-from approvals.management.commands._measure import percentiles, post_json
+from approvals.bench.measure import percentiles, post_json
+from approvals.bench.scenarios.llm import _descendants
 from approvals.models import Approval, ApprovalStatus
 from runs.models import FINISHED_STATUSES, AgentRun
 

@@ -1,6 +1,6 @@
 """What the benchmark's scenarios share: a throughput run repeated reports its spread."""
 
-from approvals.management.commands._measure import with_spread
+from approvals.bench.measure import with_spread
 
 
 def test_repeated_runs_report_the_median_runs_figures_and_the_spread_of_all():

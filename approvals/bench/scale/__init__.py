@@ -1,0 +1,1 @@
+"""The scale scenario's history and its curves."""

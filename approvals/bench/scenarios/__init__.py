@@ -1,0 +1,1 @@
+"""The bench's scenarios, a module each."""

@@ -20,113 +20,127 @@ import urllib.error
 from collections import Counter
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import CommandError
 
-from agentportal.models import Merchant
 from agentportal.services import api_key_create
+from approvals.bench.calibrated import approvals_approve, calibrated
+from approvals.bench.context import Bench
 from approvals.bench.measure import percentiles, post_json
-from approvals.bench.scenarios.llm import _descendants
+from approvals.bench.processes import descendants, portal_stop
+from approvals.bench.registry import Option, Scenario, register
+from approvals.bench.shop import BENCH_SUPERVISOR, REFUND, BenchShop, bench_shop
 from approvals.models import Approval, ApprovalStatus
 from runs.models import FINISHED_STATUSES, AgentRun
 
 DECIDERS = 8
 RAMP_SECONDS = 30.0
-BENCH_SUPERVISOR = "bench-supervisor"
 
 
-class StreamsScenario:
-    """The bench command's `streams` scenario; the command supplies the shop, the queue, the
-    portal and the HTTP helpers."""
-
-    def _streams(
-        self,
-        merchant: Merchant,
-        *,
-        decisions: int,
-        streams: int,
-        rate: float,
-        workers: int,
-        web_processes: int,
-        timeout: float,
-    ) -> dict:
-        if streams and decisions > streams:
-            raise CommandError("--runs (the decisions) must not exceed --streams")
-        supervisor = User.objects.get(username=BENCH_SUPERVISOR)
-        _, key = api_key_create(merchant=merchant, role="supervisor", user=supervisor)
-        self._queue(merchant, streams + decisions)
-        port, portal = self._start_portal(
-            workers,
+def streams(bench: Bench) -> dict:
+    held, rate = bench.options["streams"], bench.options["rate"]
+    web_processes = bench.options["web_processes"]
+    if web_processes is None:
+        web_processes = settings.AGENTPORTAL["WEB_PROCESSES"]
+    if held < 0 or web_processes < 1 or rate < 0:
+        raise CommandError("--streams must be 0 or more, --web-processes at least 1")
+    if held and bench.runs > held:
+        raise CommandError("--runs (the decisions) must not exceed --streams")
+    return calibrated(
+        bench,
+        REFUND,
+        lambda shop: _streams(
+            bench,
+            shop,
+            decisions=bench.runs,
+            streams=held,
+            rate=rate or 20.0,
             web_processes=web_processes,
-        )
-        try:
-            ends = time.monotonic() + timeout
-            waiting = Approval.objects.filter(
-                merchant=merchant, status=ApprovalStatus.PENDING_APPROVAL
-            )
-            while waiting.count() < streams + decisions:
-                if time.monotonic() > ends or portal.poll() is not None:
-                    raise CommandError(f"only {waiting.count()} runs came to wait")
-                time.sleep(0.2)
-            approvals = list(
-                waiting.order_by("run__created_at").values_list("run_id", "interrupt_id")
-            )
-            runs = AgentRun.objects.filter(merchant=merchant)
-            cursors = {str(pk): seq for pk, seq in runs.values_list("pk", "last_event_seq")}
-            customer_keys = {
-                customer.pk: api_key_create(merchant=merchant, role="customer", user=customer)[1]
-                for customer in User.objects.filter(agent_runs__merchant=merchant).distinct()
-            }
-            keys = {
-                str(pk): customer_keys[account] for pk, account in runs.values_list("pk", "account")
-            }
-            watched = [str(run_id) for run_id, _ in approvals[:streams]]
-            spares = [str(run_id) for run_id, _ in approvals[streams:]]
-            pages = _Pages(port, keys, watched, spares, cursors)
-            opened = pages.start().wait_open(streams, ends) if streams else 0.0
-            web = [pid for pid in _descendants(portal.pid) if _is_web(pid)]
-            cpu_before, phase_began = _cpu_seconds(web), time.monotonic()
+        ),
+        resume=approvals_approve,
+    )
 
-            sent: dict[str, float] = {}
-            latencies, statuses, achieved = _decide_at_rate(
-                f"http://127.0.0.1:{port}/api/v1", key, approvals[:decisions], rate, sent
-            )
-            time.sleep(2)  # the last decisions' events reach their streams
-            cpu_s = _cpu_seconds(web) - cpu_before
-            phase_s = time.monotonic() - phase_began
-            if streams:
-                pages.stop()
-            delivery = [
-                (seen - sent[run_id]) * 1000
-                for run_id, seen in pages.decided_seen
-                if run_id in sent and seen >= sent[run_id]
-            ]
-            pending = AgentRun.objects.filter(pk__in=[r for r, _ in approvals[:decisions]])
-            while pending.exclude(status__in=FINISHED_STATUSES).exists():
-                if time.monotonic() > ends or portal.poll() is not None:
-                    raise CommandError("the decided runs did not finish")
-                time.sleep(0.1)
-        finally:
-            self._stop_portal(portal)
-        return {
-            "streams": {
-                "held": streams,
-                "web_processes": web_processes,
-                "opened_over_s": round(opened, 1),
-                "fewest_open": pages.fewest_open,
-                "reopened": pages.reopened,
-                "refused": dict(pages.refused),
-                "decision_to_stream_ms": percentiles(delivery) if delivery else None,
-                "web_cpu_percent": round(100 * cpu_s / phase_s, 1),
-            },
-            "decisions": {
-                "count": len(latencies),
-                "per_s": round(achieved, 1),
-                **{f"{name}_ms": value for name, value in percentiles(latencies).items()},
-                "p99_ms": round(sorted(latencies)[max(0, int(len(latencies) * 0.99) - 1)], 1),
-                "statuses": dict(Counter(statuses)),
-            },
+
+def _streams(
+    bench: Bench,
+    shop: BenchShop,
+    *,
+    decisions: int,
+    streams: int,
+    rate: float,
+    web_processes: int,
+) -> dict:
+    bench_shop(streams + decisions, shop.message)  # customers for the watched runs too
+    merchant = shop.merchant
+    supervisor = User.objects.get(username=BENCH_SUPERVISOR)
+    _, key = api_key_create(merchant=merchant, role="supervisor", user=supervisor)
+    shop.queue(streams + decisions)
+    port, portal = bench.processes.portal(bench.workers, web_processes=web_processes)
+    try:
+        ends = time.monotonic() + bench.timeout
+        waiting = Approval.objects.filter(merchant=merchant, status=ApprovalStatus.PENDING_APPROVAL)
+        while waiting.count() < streams + decisions:
+            if time.monotonic() > ends or portal.poll() is not None:
+                raise CommandError(f"only {waiting.count()} runs came to wait")
+            time.sleep(0.2)
+        approvals = list(waiting.order_by("run__created_at").values_list("run_id", "interrupt_id"))
+        runs = AgentRun.objects.filter(merchant=merchant)
+        cursors = {str(pk): seq for pk, seq in runs.values_list("pk", "last_event_seq")}
+        customer_keys = {
+            customer.pk: api_key_create(merchant=merchant, role="customer", user=customer)[1]
+            for customer in User.objects.filter(agent_runs__merchant=merchant).distinct()
         }
+        keys = {
+            str(pk): customer_keys[account] for pk, account in runs.values_list("pk", "account")
+        }
+        watched = [str(run_id) for run_id, _ in approvals[:streams]]
+        spares = [str(run_id) for run_id, _ in approvals[streams:]]
+        pages = _Pages(port, keys, watched, spares, cursors)
+        opened = pages.start().wait_open(streams, ends) if streams else 0.0
+        web = [pid for pid in descendants(portal.pid) if _is_web(pid)]
+        cpu_before, phase_began = _cpu_seconds(web), time.monotonic()
+
+        sent: dict[str, float] = {}
+        latencies, statuses, achieved = _decide_at_rate(
+            f"http://127.0.0.1:{port}/api/v1", key, approvals[:decisions], rate, sent
+        )
+        time.sleep(2)  # the last decisions' events reach their streams
+        cpu_s = _cpu_seconds(web) - cpu_before
+        phase_s = time.monotonic() - phase_began
+        if streams:
+            pages.stop()
+        delivery = [
+            (seen - sent[run_id]) * 1000
+            for run_id, seen in pages.decided_seen
+            if run_id in sent and seen >= sent[run_id]
+        ]
+        pending = AgentRun.objects.filter(pk__in=[r for r, _ in approvals[:decisions]])
+        while pending.exclude(status__in=FINISHED_STATUSES).exists():
+            if time.monotonic() > ends or portal.poll() is not None:
+                raise CommandError("the decided runs did not finish")
+            time.sleep(0.1)
+    finally:
+        portal_stop(portal)
+    return {
+        "streams": {
+            "held": streams,
+            "web_processes": web_processes,
+            "opened_over_s": round(opened, 1),
+            "fewest_open": pages.fewest_open,
+            "reopened": pages.reopened,
+            "refused": dict(pages.refused),
+            "decision_to_stream_ms": percentiles(delivery) if delivery else None,
+            "web_cpu_percent": round(100 * cpu_s / phase_s, 1),
+        },
+        "decisions": {
+            "count": len(latencies),
+            "per_s": round(achieved, 1),
+            **{f"{name}_ms": value for name, value in percentiles(latencies).items()},
+            "p99_ms": round(sorted(latencies)[max(0, int(len(latencies) * 0.99) - 1)], 1),
+            "statuses": dict(Counter(statuses)),
+        },
+    }
 
 
 def _decide_at_rate(base, key, approvals, rate, sent) -> tuple[list[float], list[int], float]:
@@ -288,3 +302,33 @@ def _cpu_seconds(pids: list[int]) -> float:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / os.sysconf("SC_CLK_TCK")
+
+
+register(
+    Scenario(
+        name="streams",
+        run=streams,
+        options=(
+            Option(
+                "--streams",
+                "event streams held open (default 1000; 0: the decisions alone, for comparison)",
+                type=int,
+                default=1000,
+            ),
+            Option(
+                "--web-processes",
+                "the web server's processes (default: AGENTPORTAL_WEB_PROCESSES)",
+                type=int,
+            ),
+            Option(
+                "--rate",
+                "decisions a second (default 20)",
+                type=float,
+                default=0.0,
+            ),
+        ),
+        # The pages watching the decided runs hear their answers as they are written, as a
+        # customer's page does: the web server's work includes sending those words.
+        stream_ms=None,
+    )
+)

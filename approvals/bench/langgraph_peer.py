@@ -8,7 +8,7 @@ Two model calls and a tool call, each step checkpointed before the next starts (
 
 - Sync (the default): PostgresSaver on a connection of its own in each of `--processes`
   processes, each running its share of the runs one after another; the model answers at once,
-  as the portal's scripted model does with AGENTPORTAL_SCRIPTED_STREAM_MS=0.
+  as the portal's scripted model does in the bench (its word streaming pinned to 0).
 - Async (`--base-url`): AsyncPostgresSaver on a pool in each process, `--in-flight` runs at
   once per process; the model node calls the endpoint with the openai AsyncOpenAI client,
   streaming, and writes each text delta to the graph's custom stream, which the driver reads

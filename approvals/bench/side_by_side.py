@@ -2,8 +2,9 @@
 (a database each): `manage.py bench` against `approvals.bench.langgraph_peer`, one after the
 other, `--repeats` times for each pair of `--pairs`:
 
-- `plain`: the bench's plain scenario (AGENTPORTAL_SCRIPTED_STREAM_MS=0, `--plain-runs`, W
-  workers) against LangGraph + PostgresSaver (P processes, the same runs);
+- `plain`: the bench's plain scenario (its scripted model answering at once, as the bench
+  pins it; `--plain-runs`, W workers) against LangGraph + PostgresSaver (P processes, the
+  same runs);
 - `llm`: model calls of `--latency` seconds through an endpoint outside both (the stub as a
   process of its own, `python -m runs.model_stub`, streaming), the bench's llm scenario
   (`--llm-runs` over `--shops` shops of `--capacity`, answers' deltas published) against
@@ -82,7 +83,6 @@ def ours(options, env: dict[str, str], pair: str, stub: Stub | None) -> dict:
     run_env = dict(env)
     if pair == "plain":
         command += ["--scenario", "plain", "--runs", str(options.plain_runs)]
-        run_env["AGENTPORTAL_SCRIPTED_STREAM_MS"] = "0"
     else:
         command += [
             "--scenario",

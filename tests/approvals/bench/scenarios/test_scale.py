@@ -56,3 +56,22 @@ def test_scale_sizes_must_grow(tmp_path):
         call_command(
             "bench", scenario="scale", sizes="5:400,3:200", no_rss=True, artifacts=str(tmp_path)
         )
+
+
+@pytest.mark.bench
+@pytest.mark.django_db(transaction=True)
+def test_scale_reads_the_memory_of_the_portals_web_and_worker_processes(bench, tmp_path):
+    result = bench(
+        "--scenario", "scale", "--runs", "5", "--sizes", "2:50", "--repeat", "1",
+        "--artifacts", str(tmp_path),
+    )  # fmt: skip
+
+    assert list(result) == ["scale", "scenario", "database"]
+    assert result["scenario"] == "scale"
+    scale = result["scale"]
+    assert [(size["shops"], size["runs"]) for size in scale["sizes"]] == [(2, 50)]
+    assert set(scale["growth"]) == PATHS
+    assert set(scale["rss_mb"]) == {"web", "worker"}
+    assert all(mb > 0 for mb in scale["rss_mb"].values())
+    # The portal's worker ran the runs queued for the claim.
+    assert not AgentRun.objects.filter(status=RunStatus.QUEUED).exists()

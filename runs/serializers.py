@@ -9,6 +9,7 @@ from agentportal.serializers import (
     TextField,
 )
 from runs import extensions
+from runs.conversations import pending_count
 from runs.models import AgentRun, Conversation, ConversationMessage, ErrorCode, RunEvent, RunInput
 from runs.selectors import run_pending
 
@@ -117,8 +118,6 @@ class ConversationSerializer(serializers.ModelSerializer):
         fields = ["id", "status", "active_run_id", "pending_messages", "control_version"]
 
     def get_pending_messages(self, conversation: Conversation) -> int:
-        from runs.conversations import pending_count
-
         return pending_count(conversation)
 
 

@@ -39,8 +39,8 @@ from runs.snapshot import (
     snapshot_parse,
     transition_check,
 )
+from runs.step_protocol import ToolOutcome
 from runs.tools import CancellationToken, Tool, ToolContext, ToolError
-from runs.worker import ToolOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from runs.extensions import Interrupt, WaitKind, wait_kind
 from runs.models import AgentRun, ErrorCode, Node, RunInput, RunStatus, ToolStatus
 from runs.services import Lease, StepCommit
 from runs.snapshot import SnapshotError, WaitState, interrupt_id_for, wait_parse
+from runs.step_protocol import ToolOutcome
 from runs.tools import Policy, Tool
-from runs.worker import ToolOutcome
 
 
 class Clarification(BaseModel):

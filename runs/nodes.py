@@ -29,6 +29,7 @@ from runs.models import (
 )
 from runs.releases import tools_declared
 from runs.services import Lease, StepCommit
+from runs.step_protocol import CallTimedOut, RunAbandoned, SlowCall, Step, ToolOutcome
 from runs.tools import (
     CancellationToken,
     Policy,
@@ -37,7 +38,6 @@ from runs.tools import (
     ToolContext,
     ToolError,
 )
-from runs.worker import CallTimedOut, RunAbandoned, SlowCall, Step, ToolOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -13,14 +13,9 @@ MAX_LINES = 400
 # Modules still over the limit, each at most as long as it is now: the list only shrinks.
 TOO_LONG = {
     "agentportal/settings.py": 439,
-    "approvals/admin.py": 493,
-    "approvals/decision_context.py": 450,
     "approvals/management/commands/bench.py": 807,
-    "approvals/models.py": 546,
-    "runs/api.py": 485,
     "runs/conversations.py": 405,
     "runs/deltas.py": 412,
-    "runs/worker.py": 449,
 }
 
 

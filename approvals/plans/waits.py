@@ -26,8 +26,8 @@ from runs.models import AgentRun, RunStatus, ToolStatus
 from runs.releases import GRAPH_RELEASES
 from runs.services import Lease, StepCommit
 from runs.snapshot import WaitState, interrupt_id_for
+from runs.step_protocol import ToolOutcome
 from runs.tools import Tool
-from runs.worker import ToolOutcome
 
 FINAL_STATUSES = (TicketStatus.APPROVED, TicketStatus.REJECTED, TicketStatus.CANCELLED)
 

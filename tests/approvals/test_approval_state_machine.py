@@ -61,6 +61,7 @@ from runs.models import (
 )
 from runs.services import LostRun
 from runs.snapshot import TRANSITIONS, CallStatus, snapshot_parse
+from runs.step_protocol import ToolOutcome
 from runs.tools import TOOLS
 from tests import factories
 from tests.approvals.policy_helpers import policy_set
@@ -449,7 +450,7 @@ def execute_approved_refund(lease) -> None:
         outcome = extensions.interrupt_for(tool.policy).pause(
             run=run, lease=lease, tool=tool, args=arguments, key=nodes.tool_key(run, index)
         )
-        assert isinstance(outcome, worker.ToolOutcome) and outcome.recorded
+        assert isinstance(outcome, ToolOutcome) and outcome.recorded
 
 
 def expected_outcome(status: str, run: AgentRun, due: bool):

@@ -109,3 +109,8 @@ REQUEST_SIGNOFF = Tool(
     args_model=SignoffArgs,
     policy=SIGNOFF_INTERRUPT.policy,
 )
+
+
+def signoff_requested_sentence(data: dict, decider: str | None) -> str:
+    said = f"Waiting for a sign-off: {data.get('note', '')}"
+    return f"{said} (decided by {decider})" if decider else said

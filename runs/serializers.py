@@ -1,3 +1,6 @@
+from datetime import datetime
+from uuid import UUID
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -19,6 +22,16 @@ class RunCreateSerializer(StrictSerializer):
     account = AccountField(required=False)
 
 
+# The DRF field of each type a wait kind's pending field may have (PENDING_FIELD_TYPES).
+PENDING_FIELDS = {
+    str: serializers.CharField,
+    int: serializers.IntegerField,
+    bool: serializers.BooleanField,
+    UUID: serializers.UUIDField,
+    datetime: serializers.DateTimeField,
+}
+
+
 # A pending item: the interrupted call, and the fields the wait kinds add (runs.extensions),
 # known once the apps are ready. (A comment, not a docstring: that would change the schema.)
 class PendingSerializer(serializers.Serializer):
@@ -33,8 +46,8 @@ class PendingSerializer(serializers.Serializer):
         fields["kind"] = serializers.ChoiceField(extensions.pending_kind_names())
         fields.update(declared)
         for kind in extensions.wait_kinds():
-            for name, make in kind.pending_fields.items():
-                fields[name] = make()
+            for name, kind_type in kind.pending_fields.items():
+                fields[name] = PENDING_FIELDS[kind_type](allow_null=True)
         return fields
 
 

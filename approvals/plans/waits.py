@@ -6,7 +6,6 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from pydantic import BaseModel, ConfigDict, Field
-from rest_framework import serializers
 
 from approvals import selectors
 from approvals.customer_words import plan_lines
@@ -53,22 +52,18 @@ class PlanWait(BaseModel):
     proposal_version: int = Field(ge=1)
 
 
-def _ticket_id_field() -> serializers.Field:
-    return serializers.UUIDField(allow_null=True)
-
-
 CONFIRMATION = WaitKind(
     name="confirmation",
     payload=PlanWait,
     status=RunStatus.WAITING_USER,
-    pending_fields={"ticket_id": _ticket_id_field},
+    pending_fields={"ticket_id": uuid.UUID},
     input_refusal="The run waits for a plan's confirmation: confirm or revise its ticket instead.",
 )
 PLAN_REVIEW = WaitKind(
     name="plan_review",
     payload=PlanWait,
     status=RunStatus.WAITING_APPROVAL,
-    pending_fields={"ticket_id": _ticket_id_field},
+    pending_fields={"ticket_id": uuid.UUID},
     input_refusal="The run waits for a supervisor's review of its plan.",
 )
 

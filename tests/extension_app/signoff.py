@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from rest_framework import serializers
 
 from runs.extensions import Interrupt, WaitKind
 from runs.inputs import wait_pause
@@ -40,7 +39,7 @@ SIGNOFF = WaitKind(
     name="signoff",
     payload=Signoff,
     status=RunStatus.WAITING_USER,
-    pending_fields={"note": lambda: serializers.CharField(allow_null=True)},
+    pending_fields={"note": str},
     answers_inputs=True,
 )
 

@@ -11,8 +11,10 @@ import pytest
 from django.core.management import call_command
 
 from runs import extensions, services, worker
+from runs.extensions import PENDING_FIELD_TYPES, ExtensionError, Interrupt, WaitKind
 from runs.models import AgentRelease, RunEvent, RunStatus, ToolExecution
 from runs.releases import ReleaseManifest, ToolDeclaration, default_limits, graph_release_default
+from runs.serializers import PENDING_FIELDS
 from tests.extension_app import signoff
 
 pytestmark = pytest.mark.django_db
@@ -102,6 +104,24 @@ def test_the_new_kind_appears_in_the_openapi_schema():
 
     assert "signoff" in kinds
     assert pending["properties"]["note"] == {"type": "string", "nullable": True}
+
+
+def test_a_pending_field_of_a_type_no_client_reads_is_refused_when_registered():
+    # given a wait kind whose pending field is a float (JSON clients would lose its digits)
+    kind = WaitKind(
+        name="weigh", payload=None, status=RunStatus.WAITING_USER, pending_fields={"weight": float}
+    )
+
+    # when its interrupt registers, then it is refused, naming the field and the types
+    with pytest.raises(ExtensionError, match="'weight' of 'weigh' is a <class 'float'>"):
+        extensions.interrupt_register(
+            Interrupt(policy="weighing", pause=lambda **_: None, kinds=(kind,))
+        )
+    assert extensions.wait_kind("weigh") is None and extensions.interrupt_for("weighing") is None
+
+
+def test_every_type_a_pending_field_may_have_is_rendered():
+    assert set(PENDING_FIELDS) == set(PENDING_FIELD_TYPES)
 
 
 def test_the_runtime_knows_neither_the_after_sales_domain_nor_the_extension():

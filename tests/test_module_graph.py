@@ -12,7 +12,6 @@ APPS = ("agentportal", "approvals", "runs")
 MAX_LINES = 400
 # Modules still over the limit, each at most as long as it is now: the list only shrinks.
 TOO_LONG = {
-    "agentportal/settings.py": 439,
     "approvals/management/commands/bench.py": 807,
     "runs/conversations.py": 405,
     "runs/deltas.py": 412,

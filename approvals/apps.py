@@ -11,7 +11,7 @@ class ApprovalsConfig(AppConfig):
         from approvals import (
             escalation,
             interrupts,
-            notifications,
+            outbox,
             plans,
             script,
             services,
@@ -40,8 +40,7 @@ class ApprovalsConfig(AppConfig):
         extensions.sweep_register("approvals_expire_due", services.approvals_expire_due)
         extensions.sweep_register("approvals_escalate_due", escalation.approvals_escalate_due)
         extensions.sweep_register("plans_reconcile_due", plans.plans_reconcile_due)
-        extensions.sweep_register("webhooks_wake", notifications.webhooks_wake)
-        extensions.sweep_register("customer_emails_wake", notifications.customer_emails_wake)
+        extensions.sweep_register("deliveries_wake", outbox.deliveries_wake)
 
 
 SYSTEM_PROMPT = (

@@ -12,9 +12,9 @@ from approvals.models.gate import (
     args_digest,
 )
 from approvals.models.outbox import (
-    CustomerEmail,
+    Delivery,
     DeliveryStatus,
-    WebhookDelivery,
+    Transport,
 )
 from approvals.models.plans import (
     TICKET_OPEN_STATUSES,
@@ -46,8 +46,8 @@ __all__ = [
     "BusinessEventKind",
     "CancelCause",
     "Confirmation",
-    "CustomerEmail",
     "Decision",
+    "Delivery",
     "DeliveryStatus",
     "FollowupRequest",
     "Order",
@@ -59,6 +59,6 @@ __all__ = [
     "StockLevel",
     "Ticket",
     "TicketStatus",
-    "WebhookDelivery",
+    "Transport",
     "args_digest",
 ]

@@ -1,6 +1,7 @@
-"""What is sent out after a decision: the webhook deliveries and the customers' emails."""
+"""The outbox: everything the portal sends out (signed webhooks, emails to supervisors,
+operators and customers) is written as a Delivery in the transaction of the news it tells,
+then sent, retried with backoff, by tasks."""
 
-from django.conf import settings
 from django.db import models
 
 from agentportal.models import Merchant
@@ -12,14 +13,26 @@ class DeliveryStatus(models.TextChoices):
     FAILED = "FAILED"
 
 
-class WebhookDelivery(models.Model):
-    """The outbox: a webhook written in the transaction of the event it announces, then
-    delivered (and retried with backoff) by tasks, never by the request or the run."""
+class Transport(models.TextChoices):
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+
+
+class Delivery(models.Model):
+    """One message to one recipient (a webhook's URL or an email address). Each attempt is
+    claimed by a conditional UPDATE before sending, so a task that runs twice never sends it
+    twice; the sending happens outside any transaction."""
 
     merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="deliveries")
+    transport = models.CharField(max_length=12, choices=Transport.choices)
+    # What it tells: the webhook's event, or the email's (approval.requested, customer.decision).
     event = models.CharField(max_length=40)
+    # The news told at most once: a second write of it finds this row (null: no such rule).
+    key = models.CharField(max_length=160, unique=True, null=True, blank=True)
+    recipient = models.CharField(max_length=500)
+    subject = models.CharField(max_length=200, blank=True)
+    # A webhook's JSON body; an email's {"body": text}.
     payload = models.JSONField()
-    url = models.URLField()
     status = models.CharField(
         max_length=12, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
     )
@@ -31,42 +44,10 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        verbose_name_plural = "webhook deliveries"
+        verbose_name_plural = "deliveries"
         indexes = [
-            models.Index(fields=["status", "next_attempt_at"], name="delivery_due_idx"),
+            models.Index(fields=["status", "next_attempt_at"], name="outbox_due_idx"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.event} to {self.url} ({self.status})"
-
-
-class CustomerEmail(models.Model):
-    """The customers' outbox: an email written in the transaction of the news it tells, then
-    sent by a task. Each attempt is claimed by a conditional UPDATE before sending, so a task
-    that runs twice never sends it twice."""
-
-    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="+")
-    recipient = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
-    )
-    # What the email tells, once: a second write of the same news finds this row.
-    key = models.CharField(max_length=120, unique=True)
-    subject = models.CharField(max_length=200)
-    body = models.TextField()
-    status = models.CharField(
-        max_length=12, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
-    )
-    attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField()
-    last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    sent_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [
-            models.Index(fields=["status", "next_attempt_at"], name="customer_email_due_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.subject} to {self.recipient_id} ({self.status})"
+        return f"{self.event} by {self.transport} to {self.recipient} ({self.status})"

@@ -3,7 +3,7 @@
 from django.contrib.auth.models import User
 from django.test import Client
 
-from approvals.models import Approval, WebhookDelivery
+from approvals.models import Approval, Delivery, Transport
 from runs import services, worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
@@ -74,10 +74,10 @@ def test_a_webhook_url_with_a_bad_port_does_not_break_maintain(demo, settings):
     demo.save()
     _run(demo, "I want a refund for ORD-1003 amount 20")
 
-    from approvals import notifications
+    from approvals import outbox
 
-    assert notifications.webhooks_deliver_due() == 0
-    assert "port" in WebhookDelivery.objects.get().last_error
+    outbox.deliveries_deliver_due()
+    assert "port" in Delivery.objects.get(transport=Transport.WEBHOOK).last_error
     report = services.maintain()
     assert all(count >= 0 for count in report.values())
 

@@ -42,7 +42,7 @@ from approvals.models import (
     Approval,
     ApprovalStatus,
     ApprovalVote,
-    CustomerEmail,
+    Delivery,
     Order,
     Refund,
     args_digest,
@@ -430,9 +430,9 @@ class ApprovalMachine(RuleBasedStateMachine):
             )
             for text in said:
                 assert set(MONEY_MOVED.findall(text or "")) <= paid[run.pk], (text, paid[run.pk])
-        for email in CustomerEmail.objects.filter(merchant=self.shop):
-            claimed = set(MONEY_MOVED.findall(email.body))
-            assert claimed <= set().union(*paid.values()), email.body
+        for email in Delivery.objects.filter(merchant=self.shop, event__startswith="customer."):
+            claimed = set(MONEY_MOVED.findall(email.payload["body"]))
+            assert claimed <= set().union(*paid.values()), email.payload["body"]
 
 
 def execute_approved_refund(lease) -> None:

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core import mail
 
+from approvals import outbox
 from approvals.models import Approval, ApprovalStatus, Refund
 from runs import worker
 from tests import factories
@@ -202,7 +203,8 @@ def test_the_email_link_opens_the_call_and_reads_as_words(demo, signed_in, live_
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "SITE_URL": live_server.url}
     mail.outbox.clear()
     approval = _pending(demo)
-    (email,) = mail.outbox
+    outbox.deliveries_deliver_due()
+    (email,) = [email for email in mail.outbox if email.to == ["sam@example.com"]]
     links = [line for line in email.body.splitlines() if line.startswith("http")]
 
     # when sam follows the link from his mail client

@@ -14,7 +14,7 @@ from agentportal.problems import Problem
 from agentportal.schema import ids_from, link, problems
 from agentportal.selectors import customer_membership_by_username
 from agentportal.serializers import IDEMPOTENCY_KEY_HEADER, idempotency_key_from
-from runs import event_stream, inputs, selectors, services
+from runs import event_stream, inputs, live_hub, selectors, services
 from runs.models import AgentRun, RunStatus
 from runs.serializers import (
     ReceiptResultSerializer,
@@ -374,7 +374,7 @@ def _stream_slot(principal: Principal) -> str:
     hold every connection the web servers have."""
     limit = settings.AGENTPORTAL["MAX_EVENT_STREAMS_PER_KEY"]
     slots = Slots(
-        counter_key("streams", str(principal.api_key.pk)), limit, event_stream.STREAM_SECONDS + 10
+        counter_key("streams", str(principal.api_key.pk)), limit, live_hub.STREAM_SECONDS + 10
     )
     slot = slots.take()
     if slot is None:
@@ -383,6 +383,6 @@ def _stream_slot(principal: Principal) -> str:
             "too_many_streams",
             f"This key already has {limit} event streams open; close one, or read /events instead.",
             # A stream whose client went away is noticed at its next keep-alive line.
-            headers={"Retry-After": str(int(event_stream.KEEPALIVE_SECONDS))},
+            headers={"Retry-After": str(int(live_hub.KEEPALIVE_SECONDS))},
         )
     return slot

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from approvals import escalation, live, selectors, services
+from approvals import escalation, live, presence, selectors, services
 from approvals.models import Approval, ApprovalStatus, ApprovalVote
 from runs import conversations, worker
 from tests import factories
@@ -72,11 +72,11 @@ def test_the_viewers_of_a_call_are_its_shops_staff_who_say_they_are_there(demo):
 
     # when sam, sue and a supervisor of another shop say they view the call
     for username in ("sam", "sue", "oscar"):
-        live.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
+        presence.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
 
     # then only the shop's own are named; one who left is not
     assert _state(topic).viewers == ("sam", "sue")
-    live.presence_clear(topic=topic, user_id=_user("sue").pk)
+    presence.presence_clear(topic=topic, user_id=_user("sue").pk)
     assert _state(topic).viewers == ("sam",)
 
 
@@ -181,7 +181,7 @@ def test_a_vote_or_an_escalation_changes_the_digests_even_where_updated_at_stays
     ],
 )
 def test_the_viewers_line_names_the_others(viewers, expected):
-    assert live.viewers_html(viewers, me="sam") == expected
+    assert presence.viewers_html(viewers, me="sam") == expected
 
 
 def test_the_stream_names_a_colleague_who_arrives_then_says_the_call_changed(demo, live_server):
@@ -197,7 +197,7 @@ def test_the_stream_names_a_colleague_who_arrives_then_says_the_call_changed(dem
     assert _event(stream) == "retry: 2000\n"
 
     # when sue opens it too, then decides it
-    live.presence_mark(topic=topic, user_id=_user("sue").pk, username="sue")
+    presence.presence_mark(topic=topic, user_id=_user("sue").pk, username="sue")
     arrived = _event(stream)
     services.approval_decide_as_user(
         approval=approval, user=_user("sue"), decision="approve", reason=""
@@ -254,7 +254,7 @@ def test_a_customer_sees_the_staff_on_her_plan_only_as_a_person_of_the_shop(demo
     ticket = ticket_of(exchange_run(demo))
     topic = live.Topic("ticket", str(ticket.pk))
     for username in ("sue", "sam", "alice"):
-        live.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
+        presence.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
 
     # when alice and sam follow it
     path = f"/portal/tickets/{ticket.pk}/live/?seen={live.ticket_digest(ticket)}"
@@ -284,6 +284,6 @@ def test_a_customer_sees_the_staff_on_her_plan_only_as_a_person_of_the_shop(demo
     ],
 )
 def test_the_viewers_line_a_customer_reads_names_only_the_shop(viewers, expected):
-    line = live.viewers_html(viewers, me="alice", customer_of="Demo & Co")
+    line = presence.viewers_html(viewers, me="alice", customer_of="Demo & Co")
 
     assert line == (f'<span class="viewing">{expected}</span>' if expected else "")

@@ -7,7 +7,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from runs import event_stream, selectors, services
+from runs import event_stream, live_hub, selectors, services
 from runs.deltas import delta_hub
 from runs.event_stream import run_event_stream, stream_hub
 from runs.models import AgentRun
@@ -124,7 +124,7 @@ def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo
 @pytest.mark.django_db(transaction=True)
 def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
     # given a run that stays queued, and streams that last 1 s with a keep-alive each 0.3 s
-    monkeypatch.setattr(event_stream, "STREAM_SECONDS", 1.0)
+    monkeypatch.setattr(live_hub, "STREAM_SECONDS", 1.0)
     monkeypatch.setattr(event_stream, "KEEPALIVE_SECONDS", 0.3)
     (run,) = _queued(demo, 1)
 

@@ -24,15 +24,7 @@ from django.db.models import Count, F
 from approvals import presence, selectors
 from approvals.live_answers import AnswerFollower
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
-from runs.live_hub import (
-    KEEPALIVE,
-    KEEPALIVE_SECONDS,
-    PollingHub,
-    loop_hub,
-    sse_event,
-    sse_retry,
-    stream_deadline,
-)
+from runs import live_hub
 
 logger = logging.getLogger(__name__)
 
@@ -176,11 +168,11 @@ class Watcher:
             self.ready.set()
 
 
-def page_hub() -> PollingHub:
+def page_hub() -> live_hub.PollingHub:
     """The running event loop's hub of page streams."""
-    return loop_hub(
+    return live_hub.loop_hub(
         "pages",
-        lambda: PollingHub(page_states, every=POLL_SECONDS, name="live pages"),
+        lambda: live_hub.PollingHub(page_states, every=POLL_SECONDS, name="live pages"),
     )
 
 
@@ -194,11 +186,11 @@ async def page_stream(
     `viewers` when the others viewing it change (told as viewers_html tells the page's
     customer when `customer_of` names the shop), and on a chat the answer being written as
     `delta` events (approvals.live_answers); a comment line when quiet."""
-    ends = stream_deadline()
+    ends = live_hub.stream_deadline()
     mark: Callable[[], object] = sync_to_async(
         lambda: _mark_presence(topic, user_id, username), thread_sensitive=False
     )
-    yield sse_retry(2000)
+    yield live_hub.sse_retry(2000)
     if topic.has_viewers:
         await mark()
     hub = page_hub()
@@ -208,11 +200,13 @@ async def page_stream(
     try:
         while (remaining := ends - time.monotonic()) > 0:
             try:
-                await asyncio.wait_for(watcher.ready.wait(), min(remaining, KEEPALIVE_SECONDS))
+                await asyncio.wait_for(
+                    watcher.ready.wait(), min(remaining, live_hub.KEEPALIVE_SECONDS)
+                )
             except TimeoutError:
                 if topic.has_viewers:
                     await mark()
-                yield KEEPALIVE
+                yield live_hub.KEEPALIVE
                 continue
             watcher.ready.clear()
             # The text heard so far goes before the news that may replace it (a commit).
@@ -223,11 +217,11 @@ async def page_stream(
                 continue
             if state.digest != shown:
                 shown = state.digest
-                yield sse_event("changed", shown)
+                yield live_hub.sse_event("changed", shown)
             others = presence.viewers_html(state.viewers, me=username, customer_of=customer_of)
             if others != shown_viewers:
                 shown_viewers = others
-                yield sse_event("viewers", others)
+                yield live_hub.sse_event("viewers", others)
             if answer:
                 answer.follow(state.writing)
                 if text := answer.take():

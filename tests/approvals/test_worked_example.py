@@ -6,28 +6,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from approvals.models import Approval, ApprovalStatus
-from runs import conversations, services, worker
-from runs.models import AgentRelease, AgentRun, RunStatus
-from runs.releases import ReleaseManifest, ToolDeclaration, default_limits, graph_release_default
+from runs import conversations, worker
+from runs.models import AgentRun, RunStatus
+from tests import factories
 from tests.extension_app import voucher
-
-
-def _publish_voucher_release(demo) -> None:
-    latest = AgentRelease.objects.filter(merchant=demo).order_by("-version").first()
-    manifest = ReleaseManifest(
-        model=f"scripted:{voucher.SCRIPT}",
-        tools=[ToolDeclaration(name=voucher.TOOL)],
-        limits=default_limits(),
-    )
-    services.release_save(
-        release=AgentRelease(
-            merchant=demo,
-            version=latest.version + 1,
-            graph_version=graph_release_default().version,
-            manifest=manifest.model_dump(),
-            published=True,
-        )
-    )
 
 
 def _page(username: str, path: str) -> str:
@@ -40,7 +22,9 @@ def _page(username: str, path: str) -> str:
 
 def test_a_new_tool_needing_approval_waits_where_people_are_and_is_granted_once(demo, api):
     # given a shop whose agent offers goodwill vouchers, and alice asking in her chat
-    _publish_voucher_release(demo)
+    factories.release_publish(
+        merchant=demo, model=f"scripted:{voucher.SCRIPT}", tools=[voucher.TOOL]
+    )
     voucher.GRANTED.clear()
     alice = User.objects.get(username="alice")
     conversation = conversations.conversation_create(merchant=demo, customer=alice)

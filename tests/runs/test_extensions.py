@@ -12,32 +12,14 @@ from django.core.management import call_command
 
 from runs import extensions, services, worker
 from runs.extensions import PENDING_FIELD_TYPES, ExtensionError, Interrupt, WaitKind
-from runs.models import AgentRelease, RunEvent, RunStatus, ToolExecution
-from runs.releases import ReleaseManifest, ToolDeclaration, default_limits, graph_release_default
+from runs.models import RunEvent, RunStatus, ToolExecution
 from runs.serializers import PENDING_FIELDS
+from tests import factories
 from tests.extension_app import signoff
 
 pytestmark = pytest.mark.django_db
 
 RUNTIME = Path(extensions.__file__).resolve().parent
-
-
-def _publish_signoff_release(demo) -> None:
-    latest = AgentRelease.objects.filter(merchant=demo).order_by("-version").first()
-    manifest = ReleaseManifest(
-        model=f"scripted:{signoff.SCRIPT}",
-        tools=[ToolDeclaration(name=signoff.TOOL)],
-        limits=default_limits(),
-    )
-    services.release_save(
-        release=AgentRelease(
-            merchant=demo,
-            version=latest.version + 1,
-            graph_version=graph_release_default().version,
-            manifest=manifest.model_dump(),
-            published=True,
-        )
-    )
 
 
 def _work() -> None:
@@ -46,7 +28,9 @@ def _work() -> None:
 
 def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(demo, api):
     # given a shop whose release plays the sign-off script
-    _publish_signoff_release(demo)
+    factories.release_publish(
+        merchant=demo, model=f"scripted:{signoff.SCRIPT}", tools=[signoff.TOOL]
+    )
     alice = api("alice")
 
     # when alice asks and a worker runs the agent

@@ -6,9 +6,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 
-def signed_in(username: str) -> Client:
+def signed_in(who: str | User) -> Client:
+    """A test client signed in as `who` (a username, or the user)."""
+    user = who if isinstance(who, User) else User.objects.get(username=who)
     client = Client()
-    client.force_login(User.objects.get(username=username))
+    client.force_login(user)
     return client
 
 

@@ -9,6 +9,7 @@ from agentportal.services import membership_revoke
 from approvals.models import Approval, ApprovalStatus
 from runs import worker
 from tests import factories
+from tests.pages import signed_in
 
 REFUND = "I want a refund for ORD-1003 amount 20"
 
@@ -18,12 +19,6 @@ def _pending(demo, message=REFUND) -> Approval:
     run = factories.run_queue(customer=alice, merchant=demo, message=message)
     worker.tick()
     return Approval.objects.get(run=run)
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
 
 
 def _act(client: Client, approval: Approval, action: str, reason: str = ""):
@@ -44,13 +39,13 @@ def test_supervisor_sees_only_their_shops_approvals(demo):
     theirs = Approval.objects.get(merchant=other)
 
     # when
-    page = _signed_in("sam").get("/admin/approvals/approval/")
+    page = signed_in("sam").get("/admin/approvals/approval/")
 
     # then
     assert page.status_code == 200
     assert ours.interrupt_id in page.text
     assert theirs.interrupt_id not in page.text
-    assert _signed_in("sam").get(f"/admin/approvals/approval/{theirs.pk}/change/").status_code in (
+    assert signed_in("sam").get(f"/admin/approvals/approval/{theirs.pk}/change/").status_code in (
         302,
         404,
     )
@@ -59,7 +54,7 @@ def test_supervisor_sees_only_their_shops_approvals(demo):
 def test_the_admin_approves_no_money_in_bulk(demo):
     # given two refunds waiting
     first, second = _pending(demo), _pending(demo, "I want a refund for ORD-1004 amount 30")
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     # when sam looks for a bulk approve, and sends one anyway
     listing = sam.get("/admin/approvals/approval/").text
@@ -82,8 +77,8 @@ def test_the_admin_approves_no_money_in_bulk(demo):
 def test_reject_action_reports_who_decided_first(demo):
     approval = _pending(demo)
 
-    first = _act(_signed_in("sam"), approval, "reject_selected", reason="order too old")
-    second = _act(_signed_in("sue"), approval, "reject_selected", reason="too old")
+    first = _act(signed_in("sam"), approval, "reject_selected", reason="order too old")
+    second = _act(signed_in("sue"), approval, "reject_selected", reason="too old")
 
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.REJECTED
@@ -95,12 +90,12 @@ def test_reject_action_reports_who_decided_first(demo):
 def test_reject_action_needs_a_reason(demo):
     approval = _pending(demo)
 
-    refused = _act(_signed_in("sam"), approval, "reject_selected")
+    refused = _act(signed_in("sam"), approval, "reject_selected")
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING_APPROVAL
     assert "needs a reason" in refused.text
 
-    _act(_signed_in("sam"), approval, "reject_selected", reason="order too old")
+    _act(signed_in("sam"), approval, "reject_selected", reason="order too old")
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.REJECTED
     assert approval.reason == "order too old"
@@ -109,7 +104,7 @@ def test_reject_action_needs_a_reason(demo):
 def test_decide_page_revises_the_arguments(demo):
     approval = _pending(demo)
     url = f"/admin/approvals/approval/{approval.pk}/decide/"
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     assert "ORD-1003" in sam.get(url).text
 
     # when: an amount the tool's schema refuses
@@ -134,7 +129,7 @@ def test_decide_page_revises_the_arguments(demo):
 
 def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
     approval = _pending(demo)
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     assert sam.get(f"/admin/approvals/approval/{approval.pk}/decide/").status_code == 200
 
     membership_revoke(membership=demo.memberships.get(user__username="sam"))
@@ -147,12 +142,12 @@ def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
 @pytest.mark.parametrize("path", ["/admin/runs/agentrun/", "/admin/approvals/approval/"])
 def test_supervisor_pages_render(demo, path):
     _pending(demo)
-    assert _signed_in("sam").get(path).status_code == 200
+    assert signed_in("sam").get(path).status_code == 200
 
 
 def test_a_webhook_needs_a_signing_secret(demo, settings):
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
-    admin = _signed_in("admin")
+    admin = signed_in("admin")
     response = admin.post(
         f"/admin/agentportal/merchant/{demo.pk}/change/",
         {

@@ -1,12 +1,12 @@
 """Edges of the approval flow the reviewers found: no snapshot, a broken one, a broken URL."""
 
 from django.contrib.auth.models import User
-from django.test import Client
 
 from approvals.models import Approval, WebhookDelivery
 from runs import services, worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
+from tests.pages import signed_in
 
 
 def _run(demo, message):
@@ -30,12 +30,6 @@ def _approved_refund_with_a_broken_snapshot(demo, api) -> tuple[AgentRun, dict]:
     good = AgentRun.objects.get(pk=run.pk).state_snapshot
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**good, "version": 1})
     return run, good
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
 
 
 def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
@@ -87,7 +81,7 @@ def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api
     run, good = _approved_refund_with_a_broken_snapshot(demo, api)
     worker.tick()
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
-    sam, admin = _signed_in("sam"), _signed_in("admin")
+    sam, admin = signed_in("sam"), signed_in("admin")
     parked = admin.get("/admin/runs/agentrun/?status__exact=PARKED")
     assert str(run.pk) in parked.text
 
@@ -114,7 +108,7 @@ def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api
 
 def test_a_supervisor_cancels_a_run_from_the_admin_and_its_call_leaves_the_inbox(demo):
     run = _run(demo, "I want a refund for ORD-1003 amount 20")
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     page = sam.post(
         "/admin/runs/agentrun/",

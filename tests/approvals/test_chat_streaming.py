@@ -12,13 +12,13 @@ import time
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
 
 from approvals import live, live_answers, selectors
 from runs import conversations, worker
 from runs.deltas import delta_hub
 from runs.models import AgentRun, ConversationMessage, RunStatus
 from tests.approvals.test_live_pages import _event, _follow
+from tests.pages import signed_in
 from tests.threads import run_coroutine
 
 STATUS = "What is the status of order ORD-1001?"
@@ -108,8 +108,7 @@ def test_the_chat_follows_the_run_that_may_write_and_the_message_that_shows_its_
 
 def test_the_row_of_a_message_being_answered_has_a_slot_kept_across_fetches(demo):
     # given alice asked, and a second question waits its turn
-    client = Client()
-    client.force_login(_alice())
+    client = signed_in("alice")
     client.post("/portal/chat/", {"text": STATUS})
     client.post("/portal/chat/", {"text": "And ORD-1002?"})
     first, second = ConversationMessage.objects.order_by("created_at", "pk")
@@ -131,8 +130,7 @@ def test_the_row_of_a_message_being_answered_has_a_slot_kept_across_fetches(demo
 
 def test_the_stop_button_keeps_the_page_and_says_stopped(demo):
     # given alice's question, being answered
-    client = Client()
-    client.force_login(_alice())
+    client = signed_in("alice")
     client.post("/portal/chat/", {"text": STATUS})
 
     # when she presses Stop (htmx posts it)

@@ -7,7 +7,6 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
 from django.utils import timezone
 
 from approvals.decision_context import numbers_written, refund_warnings
@@ -15,6 +14,7 @@ from approvals.models import Approval, Order, Proposal
 from runs import conversations, worker
 from tests import factories
 from tests.approvals.plan_helpers import command, exchange_run, ticket_of
+from tests.pages import signed_in
 
 
 def _order(total: str, refunded: str = "0.00", number: str = "ORD-1004") -> Order:
@@ -137,12 +137,6 @@ def test_numbers_are_read_as_written_with_a_comma_or_a_point_and_not_from_order_
 # --- the approval page -------------------------------------------------------------------------
 
 
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
-
-
 def _pending(demo, message: str, customer: str = "alice") -> Approval:
     run = factories.run_queue(
         customer=User.objects.get(username=customer), merchant=demo, message=message
@@ -157,7 +151,7 @@ def test_the_approval_page_shows_the_order_what_is_refundable_and_the_warning(de
     approval = _pending(demo, "I want a refund for ORD-1004 amount 200")
 
     # when sam opens its page
-    page = _signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
+    page = signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
 
     # then he reads the call, the order's items and money, and the warning
     text = re.sub(r"\s+", " ", page.content.decode())
@@ -174,7 +168,7 @@ def test_the_approval_page_shows_the_order_what_is_refundable_and_the_warning(de
 def test_the_approval_page_lists_earlier_refunds_and_says_when_nothing_looks_off(demo):
     # given a refund of 20 on ORD-1003 paid, and a second one asked for
     first = _pending(demo, "I want a refund for ORD-1003 amount 20")
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     sam.post(f"/portal/approvals/{first.interrupt_id}/", {"action": "approve"})
     worker.tick()
     second = _pending(demo, "refund ORD-1003 amount 9.50")
@@ -202,7 +196,7 @@ def test_the_page_shows_the_whole_conversation_in_order_with_the_assistants_answ
     approval = Approval.objects.get()
 
     # when sam opens the call
-    page = _signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
+    page = signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
 
     # then both her messages and the answer between them are there, in order, to the second
     text = page.content.decode()
@@ -221,7 +215,7 @@ def test_a_call_on_an_order_the_customer_does_not_have_warns(demo):
         proposed_args={**approval.proposed_args, "order_id": "ORD-2001"}
     )
 
-    page = _signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
+    page = signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
 
     assert "ORD-2001 is not an order of this customer in this shop" in page.content.decode()
 
@@ -251,7 +245,7 @@ def three_refunds(demo) -> dict[str, Approval]:
 
 @pytest.mark.django_db
 def test_the_inbox_lists_the_oldest_call_first_and_counts_them(three_refunds):
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     page = sam.get("/portal/")
 
@@ -265,7 +259,7 @@ def test_the_inbox_lists_the_oldest_call_first_and_counts_them(three_refunds):
 
 @pytest.mark.django_db
 def test_the_inbox_sorts_by_amount_and_its_refreshed_rows_keep_that_order(three_refunds):
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
 
     page = sam.get("/portal/?sort=amount")
@@ -282,7 +276,7 @@ def test_the_inbox_sorts_by_amount_and_its_refreshed_rows_keep_that_order(three_
 def test_an_unknown_sort_is_the_default_order(three_refunds):
     ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
 
-    rows = _signed_in("sam").get("/portal/inbox/rows/?sort=nonsense")
+    rows = signed_in("sam").get("/portal/inbox/rows/?sort=nonsense")
 
     assert _rows(rows) == [ids["20"], ids["30"], ids["99"]]
 
@@ -294,7 +288,7 @@ def test_a_plan_waiting_for_review_reads_as_its_exchange_in_the_inbox(demo, api)
     command(api("alice"), ticket, "confirm")
 
     # when sam looks at his plans
-    rows = _signed_in("sam").get("/portal/inbox/plans/").content.decode()
+    rows = signed_in("sam").get("/portal/inbox/plans/").content.decode()
 
     # then the row says what is exchanged and how long it has waited
     assert Proposal.objects.get(ticket=ticket).summary in rows

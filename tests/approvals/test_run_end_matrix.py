@@ -6,8 +6,6 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.contrib.auth.models import User
-from django.test import Client
 from django.utils import timezone
 
 from approvals import plans, tasks
@@ -16,6 +14,7 @@ from approvals.models import Approval, ApprovalStatus, Refund, Ticket, TicketSta
 from runs import selectors, services, worker
 from runs.models import FINISHED_STATUSES, AgentRun, RunEvent, RunStatus, ToolExecution, ToolStatus
 from tests.approvals.plan_helpers import EXCHANGE, command
+from tests.pages import signed_in
 from tests.runs.helpers import run_claim, run_step
 
 pytestmark = pytest.mark.django_db
@@ -174,8 +173,7 @@ def test_every_outcome_of_a_call_is_told_as_it_happened(
     assert Approval.objects.get(pk=approval.pk).status == status
     refunds = [str(refund.amount) for refund in Refund.objects.all()]
     assert refunds == ([paid] if paid else [])
-    alice = Client()
-    alice.force_login(User.objects.get(username="alice"))
+    alice = signed_in("alice")
     told = [run.result, alice.get("/portal/chat/").content.decode()]
     told += [f"{email.subject} {email.body}" for email in mailoutbox]
     claims = [words for text in told for words in PAID_WORDS if words in text]

@@ -15,6 +15,7 @@ from runs import selectors, services, worker
 from runs.models import FINISHED_STATUSES, AgentRun, RunEvent, RunStatus, ToolExecution, ToolStatus
 from tests.approvals.plan_helpers import EXCHANGE, command
 from tests.pages import signed_in
+from tests.runs.conversation_helpers import say
 from tests.runs.helpers import run_claim, run_step
 
 pytestmark = pytest.mark.django_db
@@ -31,17 +32,11 @@ OPEN_TICKETS = {
 }
 
 
-def _say(client, conversation_id, text):
-    return client.post(
-        f"/api/v1/conversations/{conversation_id}/messages", {"text": text}, format="json"
-    )
-
-
 def _in_state(item: str, api) -> tuple[str, AgentRun]:
     """A conversation of alice's whose run owns an item in the given state."""
     alice, sam = api("alice"), api("sam")
     conversation = alice.post("/api/v1/conversations", {}, format="json").json()["id"]
-    _say(alice, conversation, REFUND if item.startswith("approval") else EXCHANGE)
+    say(alice, conversation, REFUND if item.startswith("approval") else EXCHANGE)
     worker.tick()
     run = AgentRun.objects.get(conversation_id=conversation)
     if item == "approval_approved":
@@ -75,9 +70,9 @@ def _end(way: str, conversation: str, run: AgentRun, api) -> None:
     if way == "api_cancel":
         assert api("alice").post(f"/api/v1/runs/{run.pk}/cancel").status_code == 200
     elif way in ("/stop", "/new", "/reset"):
-        assert _say(api("alice"), conversation, way).status_code == 200
+        assert say(api("alice"), conversation, way).status_code == 200
     elif way == "/takeover":
-        assert _say(api("sam"), conversation, way).status_code == 200
+        assert say(api("sam"), conversation, way).status_code == 200
     elif way == "admin_cancel":
         services.run_cancel(run=run, reason="cancelled by admin")
     elif way == "time_runs_out":

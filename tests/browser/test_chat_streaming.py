@@ -10,8 +10,8 @@ from django.db import connection
 
 from runs import conversations, worker
 from runs.models import AgentRun, Conversation, ConversationMessage, RunStatus
+from tests.browser.accessibility import serious_violations
 from tests.browser.conftest import screenshot
-from tests.browser.test_accessibility import _serious_violations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -164,7 +164,7 @@ def test_stop_keeps_what_was_written_greyed_and_marked_stopped_and_keeps_none_of
     screenshot(alice, "chat-streaming-stopped-phone")
     alice.set_viewport_size(DESKTOP)
     screenshot(alice, "chat-streaming-stopped-desktop")
-    assert _serious_violations(alice) == []
+    assert serious_violations(alice) == []
 
     # (had the rows shown the stopped run before the stream heard of the stop, the row's own
     # "stopped" says it, alike)

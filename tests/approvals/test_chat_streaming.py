@@ -17,8 +17,8 @@ from approvals import live, live_answers, selectors
 from runs import conversations, worker
 from runs.deltas import delta_hub
 from runs.models import AgentRun, ConversationMessage, RunStatus
-from tests.approvals.test_live_pages import _event, _follow
-from tests.pages import signed_in
+from tests.http import next_event
+from tests.pages import page_stream, signed_in
 from tests.threads import run_coroutine
 
 STATUS = "What is the status of order ORD-1001?"
@@ -297,15 +297,15 @@ def test_the_open_chat_hears_the_answer_written_by_a_worker_before_it_is_committ
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "SCRIPTED_STREAM_MS": 30}
     message = _asked(demo)
     seen = selectors.chat_digest(conversation=message.conversation)
-    stream = _follow(live_server, "alice", f"/portal/chat/live/?seen={seen}")
-    assert _event(stream) == "retry: 2000\n"
+    stream = page_stream(live_server.url, "alice", f"/portal/chat/live/?seen={seen}")
+    assert next_event(stream) == "retry: 2000\n"
 
     # when a worker answers it
     answering = threading.Thread(target=_tick)
     answering.start()
     events: list[tuple[float, str]] = []
     while not (events and events[-1][1].startswith("event: changed") and _deltas(events)):
-        events.append((time.time(), _event(stream)))
+        events.append((time.time(), next_event(stream)))
     stream.close()
     answering.join()
 

@@ -8,7 +8,7 @@ from approvals.models import Approval
 from runs import worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
-from tests.approvals.test_approval_edges import _approved_refund_with_a_broken_snapshot
+from tests.approvals.refund_helpers import approved_refund_with_a_broken_snapshot
 from tests.pages import signed_in
 
 pytestmark = pytest.mark.django_db
@@ -58,7 +58,7 @@ def test_a_superuser_sees_every_shop(demo, api, other_shop_operator):
 
 def test_only_the_shops_own_operator_hands_back_its_parked_run(demo, api, other_shop_operator):
     # given a parked demo-shop run; opal is also a supervisor there, but not its operator
-    run, good = _approved_refund_with_a_broken_snapshot(demo, api)
+    run, good = approved_refund_with_a_broken_snapshot(api)
     worker.tick()
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
     Membership.objects.create(user=other_shop_operator, merchant=demo, role=Role.SUPERVISOR)

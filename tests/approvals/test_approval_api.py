@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
-from agentportal.models import ApiKey, Membership, Merchant, Role
+from agentportal.models import ApiKey, Membership, Role
 from agentportal.problems import CONTENT_TYPE
 from agentportal.services import api_key_create, api_key_revoke, membership_revoke
 from approvals.models import Approval, ApprovalStatus, Order, Refund
@@ -29,9 +29,9 @@ from runs import worker
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus, ToolExecution, ToolStatus
 from runs.snapshot import snapshot_parse
 from tests import factories
+from tests.approvals.refund_helpers import REFUND, Waiting, refund_run_waiting
 from tests.problems import assert_problem
 
-REFUND = "I want a refund for ORD-1003 amount 20"
 APPROVALS = "/api/v1/approvals"
 APPROVAL_FIELDS = {
     "required_approvals",
@@ -59,27 +59,6 @@ PROPOSED = {"order_id": "ORD-1003", "amount": "20.00", "reason": "customer reque
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-@dataclass
-class Waiting:
-    run: AgentRun
-    approval: Approval
-
-    @property
-    def interrupt_id(self) -> str:
-        return self.approval.interrupt_id
-
-
-def refund_run_waiting(message: str = REFUND, customer: str = "alice") -> Waiting:
-    """Queue the scripted refund and let a worker take it to its approval."""
-    user = User.objects.get(username=customer)
-    shop = Merchant.objects.get(slug="demo-shop")
-    run = factories.run_queue(customer=user, merchant=shop, message=message)
-    worker.tick()
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING_APPROVAL, (run.status, run.error_code, run.error_detail)
-    return Waiting(run, Approval.objects.get(run=run))
 
 
 @dataclass(frozen=True)

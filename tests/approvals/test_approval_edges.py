@@ -6,6 +6,7 @@ from approvals.models import Approval, WebhookDelivery
 from runs import services, worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
+from tests.approvals.refund_helpers import approved_refund_with_a_broken_snapshot
 from tests.pages import signed_in
 
 
@@ -15,21 +16,6 @@ def _run(demo, message):
     worker.tick()
     run.refresh_from_db()
     return run
-
-
-def _approved_refund_with_a_broken_snapshot(demo, api) -> tuple[AgentRun, dict]:
-    """A refund approved by sam, whose snapshot is then tampered with (version 1) before a
-    worker runs it; returns the run and its good snapshot."""
-    run = _run(demo, "I want a refund for ORD-1003 amount 20")
-    approval = Approval.objects.get(run=run)
-    api("sam").post(
-        f"/api/v1/approvals/{approval.interrupt_id}/decision",
-        {"decision": "approve"},
-        format="json",
-    )
-    good = AgentRun.objects.get(pk=run.pk).state_snapshot
-    AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**good, "version": 1})
-    return run, good
 
 
 def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
@@ -49,7 +35,7 @@ def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
 
 def test_worker_parks_a_run_whose_snapshot_was_broken_and_nobody_fails_it(demo, api):
     # given: an approved refund whose snapshot is tampered before the worker runs it
-    run, _ = _approved_refund_with_a_broken_snapshot(demo, api)
+    run, _ = approved_refund_with_a_broken_snapshot(api)
 
     # when: a worker takes it, and the sweeps run
     worker.tick()
@@ -78,7 +64,7 @@ def test_a_webhook_url_with_a_bad_port_does_not_break_maintain(demo, settings):
 
 def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api):
     # given: a run parked because its snapshot was broken, which an operator then repaired
-    run, good = _approved_refund_with_a_broken_snapshot(demo, api)
+    run, good = approved_refund_with_a_broken_snapshot(api)
     worker.tick()
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
     sam, admin = signed_in("sam"), signed_in("admin")

@@ -10,7 +10,7 @@ from agentportal.errors import RunFinished
 from approvals.models import Approval, ApprovalStatus, Refund
 from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunStatus
-from tests.approvals.test_approval_api import refund_run_waiting
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)

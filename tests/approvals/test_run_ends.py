@@ -10,7 +10,7 @@ from approvals.models import Approval, ApprovalStatus, Order, Refund
 from runs import services, worker
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus
 from runs.snapshot import snapshot_parse
-from tests.approvals.test_approval_api import refund_run_waiting
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.problems import assert_problem
 
 pytestmark = pytest.mark.django_db

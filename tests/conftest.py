@@ -19,7 +19,11 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from agentportal.models import Merchant
+from approvals.models import Approval
+from runs.models import RunStatus
 from tests import factories
+from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.approvals.refund_helpers import Waiting, refund_run_waiting
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -62,6 +66,25 @@ def demo(db):
     """The documented demo data (API.md, Operations)."""
     call_command("seed_demo", stdout=io.StringIO())
     return Merchant.objects.get(slug="demo-shop")
+
+
+@pytest.fixture
+def refund_waiting(demo) -> Waiting:
+    """alice's refund of 20.00 on ORD-1003, waiting for a supervisor's decision."""
+    return refund_run_waiting()
+
+
+@pytest.fixture
+def large_refund(demo) -> Approval:
+    """alice's refund of 500.00 on ORD-9001, waiting under a policy that wants two people
+    from 200.00."""
+    policy_set(demo, two_approvers_from="200.00")
+    big_order(demo)
+    run = refund_run(demo, "500", order="ORD-9001")
+    assert run.status == RunStatus.WAITING_APPROVAL, (run.status, run.error_detail)
+    approval = approval_of(run)
+    assert approval.required_approvals == 2
+    return approval
 
 
 @pytest.fixture

@@ -9,16 +9,8 @@ from agentportal.services import membership_revoke
 from approvals.models import Approval, ApprovalStatus
 from runs import worker
 from tests import factories
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.pages import signed_in
-
-REFUND = "I want a refund for ORD-1003 amount 20"
-
-
-def _pending(demo, message=REFUND) -> Approval:
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(customer=alice, merchant=demo, message=message)
-    worker.tick()
-    return Approval.objects.get(run=run)
 
 
 def _act(client: Client, approval: Approval, action: str, reason: str = ""):
@@ -31,7 +23,7 @@ def _act(client: Client, approval: Approval, action: str, reason: str = ""):
 
 def test_supervisor_sees_only_their_shops_approvals(demo):
     # given: a pending call in each shop
-    ours = _pending(demo)
+    ours = refund_run_waiting().approval
     other = Merchant.objects.get(slug="other-shop")
     olga = User.objects.get(username="olga")
     factories.run_queue(customer=olga, merchant=other, message="refund ORD-9001 amount 5")
@@ -53,7 +45,10 @@ def test_supervisor_sees_only_their_shops_approvals(demo):
 
 def test_the_admin_approves_no_money_in_bulk(demo):
     # given two refunds waiting
-    first, second = _pending(demo), _pending(demo, "I want a refund for ORD-1004 amount 30")
+    first, second = (
+        refund_run_waiting().approval,
+        refund_run_waiting("I want a refund for ORD-1004 amount 30").approval,
+    )
     sam = signed_in("sam")
 
     # when sam looks for a bulk approve, and sends one anyway
@@ -75,7 +70,7 @@ def test_the_admin_approves_no_money_in_bulk(demo):
 
 
 def test_reject_action_reports_who_decided_first(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
 
     first = _act(signed_in("sam"), approval, "reject_selected", reason="order too old")
     second = _act(signed_in("sue"), approval, "reject_selected", reason="too old")
@@ -88,7 +83,7 @@ def test_reject_action_reports_who_decided_first(demo):
 
 
 def test_reject_action_needs_a_reason(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
 
     refused = _act(signed_in("sam"), approval, "reject_selected")
     approval.refresh_from_db()
@@ -102,7 +97,7 @@ def test_reject_action_needs_a_reason(demo):
 
 
 def test_decide_page_revises_the_arguments(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     url = f"/admin/approvals/approval/{approval.pk}/decide/"
     sam = signed_in("sam")
     assert "ORD-1003" in sam.get(url).text
@@ -128,7 +123,7 @@ def test_decide_page_revises_the_arguments(demo):
 
 
 def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     assert sam.get(f"/admin/approvals/approval/{approval.pk}/decide/").status_code == 200
 
@@ -141,7 +136,7 @@ def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
 
 @pytest.mark.parametrize("path", ["/admin/runs/agentrun/", "/admin/approvals/approval/"])
 def test_supervisor_pages_render(demo, path):
-    _pending(demo)
+    refund_run_waiting()
     assert signed_in("sam").get(path).status_code == 200
 
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 from approvals.decision_context import numbers_written, refund_warnings
 from approvals.models import Approval, Order, Proposal
 from runs import conversations, worker
-from tests import factories
 from tests.approvals.plan_helpers import command, exchange_run, ticket_of
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.pages import signed_in
 
 
@@ -137,18 +137,10 @@ def test_numbers_are_read_as_written_with_a_comma_or_a_point_and_not_from_order_
 # --- the approval page -------------------------------------------------------------------------
 
 
-def _pending(demo, message: str, customer: str = "alice") -> Approval:
-    run = factories.run_queue(
-        customer=User.objects.get(username=customer), merchant=demo, message=message
-    )
-    worker.tick()
-    return Approval.objects.get(run=run)
-
-
 @pytest.mark.django_db
 def test_the_approval_page_shows_the_order_what_is_refundable_and_the_warning(demo):
     # given a refund of 200.00 asked for on alice's 149.00 rain jacket
-    approval = _pending(demo, "I want a refund for ORD-1004 amount 200")
+    approval = refund_run_waiting("I want a refund for ORD-1004 amount 200").approval
 
     # when sam opens its page
     page = signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
@@ -167,11 +159,11 @@ def test_the_approval_page_shows_the_order_what_is_refundable_and_the_warning(de
 @pytest.mark.django_db
 def test_the_approval_page_lists_earlier_refunds_and_says_when_nothing_looks_off(demo):
     # given a refund of 20 on ORD-1003 paid, and a second one asked for
-    first = _pending(demo, "I want a refund for ORD-1003 amount 20")
+    first = refund_run_waiting("I want a refund for ORD-1003 amount 20").approval
     sam = signed_in("sam")
     sam.post(f"/portal/approvals/{first.interrupt_id}/", {"action": "approve"})
     worker.tick()
-    second = _pending(demo, "refund ORD-1003 amount 9.50")
+    second = refund_run_waiting("refund ORD-1003 amount 9.50").approval
 
     # when sam opens the second one
     page = sam.get(f"/portal/approvals/{second.interrupt_id}/")
@@ -210,7 +202,7 @@ def test_the_page_shows_the_whole_conversation_in_order_with_the_assistants_answ
 @pytest.mark.django_db
 def test_a_call_on_an_order_the_customer_does_not_have_warns(demo):
     # given alice's refund naming bob's order (a model may skip looking the order up)
-    approval = _pending(demo, "I want a refund for ORD-1003 amount 10")
+    approval = refund_run_waiting("I want a refund for ORD-1003 amount 10").approval
     Approval.objects.filter(pk=approval.pk).update(
         proposed_args={**approval.proposed_args, "order_id": "ORD-2001"}
     )
@@ -231,9 +223,9 @@ def _rows(page) -> list[str]:
 def three_refunds(demo) -> dict[str, Approval]:
     """Refunds of 20.00 (the oldest), 99.00 (the newest) and 30.00, waiting for sam."""
     refunds = {
-        "20": _pending(demo, "refund ORD-1003 amount 20"),
-        "99": _pending(demo, "refund ORD-2001 amount 99", customer="bob"),
-        "30": _pending(demo, "refund ORD-1004 amount 30"),
+        "20": refund_run_waiting("refund ORD-1003 amount 20").approval,
+        "99": refund_run_waiting("refund ORD-2001 amount 99", customer="bob").approval,
+        "30": refund_run_waiting("refund ORD-1004 amount 30").approval,
     }
     now = timezone.now()
     for minutes_ago, amount in ((30, "20"), (5, "99"), (10, "30")):

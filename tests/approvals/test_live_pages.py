@@ -10,18 +10,11 @@ from django.utils import timezone
 from approvals import escalation, live, selectors, services
 from approvals.models import Approval, ApprovalStatus, ApprovalVote
 from runs import conversations, worker
-from tests import factories
 from tests.approvals.plan_helpers import exchange_run, ticket_of
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.http import next_event
 from tests.pages import page_stream
-
-
-def _pending(demo) -> Approval:
-    alice = User.objects.get(username="alice")
-    factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1003 amount 20")
-    worker.tick()
-    return Approval.objects.get()
 
 
 def _state(topic: live.Topic) -> live.PageState:
@@ -34,7 +27,7 @@ def _user(username: str) -> User:
 
 def test_a_calls_page_changes_when_the_call_is_decided(demo):
     # given
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     topic = live.Topic("approval", str(approval.pk))
     before = _state(topic)
     assert before.digest == live.approval_digest(approval)
@@ -49,7 +42,7 @@ def test_a_calls_page_changes_when_the_call_is_decided(demo):
 
 
 def test_the_viewers_of_a_call_are_its_shops_staff_who_say_they_are_there(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     topic = live.Topic("approval", str(approval.pk))
 
     # when sam, sue and a supervisor of another shop say they view the call
@@ -168,7 +161,7 @@ def test_the_viewers_line_names_the_others(viewers, expected):
 
 def test_the_stream_names_a_colleague_who_arrives_then_says_the_call_changed(demo, live_server):
     # given sam follows the call's page as he was shown it
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     topic = live.Topic("approval", str(approval.pk))
     seen = live.approval_digest(approval)
     stream = page_stream(
@@ -193,7 +186,7 @@ def test_the_stream_names_a_colleague_who_arrives_then_says_the_call_changed(dem
 
 
 def test_only_the_people_who_may_see_a_page_may_follow_it(demo, live_server):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     call = f"/portal/approvals/{approval.interrupt_id}/live/"
     no_plan = "/portal/tickets/00000000-0000-0000-0000-000000000000/live/"
     for username, path, status in [

@@ -14,26 +14,18 @@ from django.utils import timezone
 from agentportal.webhooks import UnsafeWebhookUrl, webhook_url_check
 from approvals import notifications
 from approvals.models import Approval, DeliveryStatus, WebhookDelivery
-from runs import worker
-from runs.models import AgentRun, RunStatus
-from tests import factories
+from runs.models import RunStatus
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.approvals.webhook_helpers import SECRET
 
-
-def _pause(demo) -> AgentRun:
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1004 amount 9")
-    worker.tick()
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING_APPROVAL
-    return run
+SMALL_REFUND = "refund ORD-1004 amount 9"
 
 
 def test_pending_call_is_announced_by_a_signed_webhook(demo, receiver):
     hook = receiver()
 
     # when: a call pauses, and the outbox is drained
-    run = _pause(demo)
+    run = refund_run_waiting(SMALL_REFUND).run
     delivery = WebhookDelivery.objects.get()
     assert delivery.status == DeliveryStatus.PENDING
     assert notifications.webhooks_deliver_due() == 1
@@ -55,7 +47,7 @@ def test_pending_call_is_announced_by_a_signed_webhook(demo, receiver):
 
 def test_failing_webhook_is_retried_with_backoff_and_never_blocks_the_run(demo, receiver):
     hook = receiver(500, 503)
-    run = _pause(demo)
+    run = refund_run_waiting(SMALL_REFUND).run
 
     # when: the first two attempts fail
     assert notifications.webhooks_deliver_due() == 0
@@ -84,7 +76,7 @@ def test_failing_webhook_is_retried_with_backoff_and_never_blocks_the_run(demo, 
 
 def test_webhook_gives_up_after_its_last_attempt(demo, receiver):
     receiver(*([500] * notifications.MAX_ATTEMPTS))
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     delivery = WebhookDelivery.objects.get()
     for _ in range(notifications.MAX_ATTEMPTS):
         delivery.refresh_from_db()
@@ -97,7 +89,7 @@ def test_webhook_gives_up_after_its_last_attempt(demo, receiver):
 
 def test_redirects_are_not_followed(demo, receiver):
     hook = receiver(302)
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     assert notifications.webhooks_deliver_due() == 0
     assert len(hook.requests) == 1
     assert "HTTP 302" in WebhookDelivery.objects.get().last_error
@@ -130,7 +122,7 @@ def test_a_refused_url_is_recorded_not_sent(demo, settings):
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": False}
     demo.webhook_url, demo.webhook_secret = "https://127.0.0.1:9/hook", SECRET
     demo.save()
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     assert notifications.webhooks_deliver_due() == 0
     assert "refused" in WebhookDelivery.objects.get().last_error
 
@@ -142,7 +134,7 @@ def test_the_connection_goes_to_the_address_that_was_checked(demo, receiver, mon
     port = hook.server.server_address[1]
     demo.webhook_url = f"http://hooks.shop.test:{port}/hooks"
     demo.save()
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     answers = [[(2, 1, 6, "", ("127.0.0.1", port))]]
     real_resolve = socket.getaddrinfo
 
@@ -170,7 +162,7 @@ def test_every_checked_address_is_tried_and_no_other(demo, receiver, monkeypatch
     port = hook.server.server_address[1]
     demo.webhook_url = f"http://hooks.shop.test:{port}/hooks"
     demo.save()
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     real_resolve = socket.getaddrinfo
 
     def resolve(host, *args, **kwargs):

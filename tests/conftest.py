@@ -1,4 +1,6 @@
+import asyncio
 import importlib
+import inspect
 import io
 import os
 import signal
@@ -7,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -245,14 +247,41 @@ def web_server(transactional_db):
         server.wait(timeout=20)
 
 
-def wait_for(predicate: Callable[[], bool], *, timeout: float = 60, interval: float = 0.1):
-    """Poll until predicate() is true; the timeout only bounds a hung test."""
+def wait_for(
+    predicate: Callable[[], bool],
+    *,
+    timeout: float = 60,
+    interval: float = 0.1,
+    message: str = "condition not met",
+):
+    """Poll until predicate() is true; the timeout only bounds a hung test, which fails
+    saying `message`."""
     ends = time.monotonic() + timeout
     while time.monotonic() < ends:
         if predicate():
             return
         time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+    raise AssertionError(f"{message} (waited {timeout}s)")
+
+
+async def wait_for_async(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    *,
+    timeout: float = 10,
+    interval: float = 0.01,
+    message: str = "condition not met",
+):
+    """wait_for inside a running event loop: the loop's other tasks run between the polls,
+    and the predicate may be a coroutine function."""
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        met = predicate()
+        if inspect.isawaitable(met):
+            met = await met
+        if met:
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError(f"{message} (waited {timeout}s)")
 
 
 class AsgiLiveServer:

@@ -2,7 +2,6 @@
 person of the shop decided, the assistant's questions kept, Stop and New conversation."""
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -15,6 +14,7 @@ from approvals.models import Approval
 from runs import worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
+from tests.conftest import wait_for
 from tests.pages import signed_in
 
 INTERNAL_WORDS = (
@@ -241,14 +241,14 @@ def test_a_slow_step_says_what_the_assistant_is_doing(demo, settings):
     # when a worker takes the request while alice's chat is open
     working = threading.Thread(target=worker.tick)
     working.start()
-    pages = []
-    while working.is_alive():
-        pages.append(_chat(alice))
-        time.sleep(0.1)
-    working.join()
 
     # then while the stock was checked, the chat said so
-    assert any("Checking warehouse stock…" in page for page in pages)
+    wait_for(
+        lambda: "Checking warehouse stock…" in _chat(alice),
+        timeout=10,
+        message="the chat never said that the stock was being checked",
+    )
+    working.join()
     answered = _chat(alice)
     assert "Checking warehouse stock…" not in answered
     assert "in stock" in answered

@@ -9,14 +9,9 @@ from django.contrib.auth.models import User
 
 from approvals import services, tasks
 from approvals.models import Approval, Delivery, DeliveryStatus
-from runs import worker
-from tests import factories
+from tests.approvals.refund_helpers import refund_run_waiting
 
-
-def _refund_waiting(demo, message: str = "I want a refund for ORD-1003 amount 30") -> Approval:
-    factories.run_queue(customer=User.objects.get(username="alice"), merchant=demo, message=message)
-    worker.tick()
-    return Approval.objects.get()
+REFUND_30 = "I want a refund for ORD-1003 amount 30"
 
 
 def _to_customer() -> Delivery:
@@ -62,7 +57,7 @@ def test_a_decision_is_emailed_to_the_customer_once_even_if_the_task_runs_twice(
     demo, mailoutbox, django_capture_on_commit_callbacks, decision, details, subject, news
 ):
     # given alice's refund waits for a person of the shop
-    approval = _refund_waiting(demo)
+    approval = refund_run_waiting(REFUND_30).approval
     if decision == "revise":
         details["tool_args"] = {**approval.proposed_args, "amount": "14.75"}
 
@@ -82,7 +77,7 @@ def test_a_decision_is_emailed_to_the_customer_once_even_if_the_task_runs_twice(
 
 def test_a_refund_nobody_decided_in_time_is_emailed_once(demo, mailoutbox):
     # given alice's refund waits for a person of the shop, and nobody decides
-    approval = _refund_waiting(demo)
+    approval = refund_run_waiting(REFUND_30).approval
 
     # when it expires, the sweep runs twice, and so does the sending task
     with time_machine.travel(approval.expires_at + timedelta(seconds=1)):
@@ -99,7 +94,7 @@ def test_a_refund_nobody_decided_in_time_is_emailed_once(demo, mailoutbox):
 
 def test_a_failed_send_is_tried_again_later_and_not_sooner(demo, mailoutbox, monkeypatch):
     # given a decision whose first sending fails
-    _decide(_refund_waiting(demo), "approve")
+    _decide(refund_run_waiting(REFUND_30).approval, "approve")
     monkeypatch.setattr(
         "approvals.outbox.send_mail",
         lambda **kwargs: (_ for _ in ()).throw(OSError("mail server down")),
@@ -122,7 +117,7 @@ def test_a_failed_send_is_tried_again_later_and_not_sooner(demo, mailoutbox, mon
 def test_a_customer_without_an_email_address_gets_no_email(demo, mailoutbox):
     User.objects.filter(username="alice").update(email="")
 
-    _decide(_refund_waiting(demo), "reject", reason="no")
+    _decide(refund_run_waiting(REFUND_30).approval, "reject", reason="no")
     tasks.deliver()
 
     assert not Delivery.objects.filter(event__startswith="customer.").exists()

@@ -6,27 +6,18 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.contrib.auth.models import User
 from django.core import mail
 from django.db import transaction
 
 from approvals import outbox
-from approvals.models import Approval, Delivery, DeliveryStatus, Transport
-from runs import worker
-from tests import factories
+from approvals.models import Delivery, DeliveryStatus, Transport
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.threads import in_threads
-
-
-def _refund_waiting(demo) -> Approval:
-    alice = User.objects.get(username="alice")
-    factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1003 amount 20")
-    worker.tick()
-    return Approval.objects.get()
 
 
 def test_the_supervisors_emails_are_written_with_the_call_before_anything_is_sent(demo):
     # when a refund pauses for a supervisor, and nothing has sent anything yet
-    approval = _refund_waiting(demo)
+    approval = refund_run_waiting().approval
 
     # then the outbox holds one email for each supervisor with an address, due now
     emails = Delivery.objects.filter(transport=Transport.EMAIL, event="approval.requested")

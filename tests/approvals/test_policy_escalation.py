@@ -15,19 +15,14 @@ from approvals.models import Approval, Delivery, DeliveryStatus, Transport
 from runs.models import RunEvent, RunStatus
 from tests import factories
 from tests.approvals.policy_helpers import approval_of, policy_set, refund_run
-from tests.approvals.test_webhooks import SECRET, Receiver
+from tests.approvals.webhook_helpers import SECRET
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def hook(demo, settings):
-    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
-    receiver = Receiver()
-    demo.webhook_url, demo.webhook_secret = receiver.url, SECRET
-    demo.save()
-    yield receiver
-    receiver.close()
+def hook(receiver):
+    return receiver()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from approvals.models import Approval, ApprovalStatus, Order, Refund
 from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunStatus, ToolExecution, ToolStatus
 from runs.snapshot import snapshot_parse
-from tests.approvals.test_approval_state_machine import execute_approved_refund
+from tests.approvals.refund_helpers import execute_approved_refund
 from tests.pages import page_text, signed_in
 from tests.runs.helpers import run_claim
 

@@ -2,7 +2,6 @@
 decided (named only to readers who may know), escalations, and the call page showing them."""
 
 from django.contrib.auth.models import User
-from django.test import Client
 
 from approvals import services
 from approvals.models import Approval
@@ -10,6 +9,7 @@ from runs import worker
 from runs.models import RunEvent
 from runs.timeline import event_sentence
 from tests import factories
+from tests.pages import signed_in
 
 
 def _event(type_: str, **data) -> RunEvent:
@@ -102,9 +102,7 @@ def test_the_call_page_shows_the_timeline_in_words_with_the_decider(demo):
     worker.tick()
 
     # when sam opens the call
-    client = Client()
-    client.force_login(sam)
-    page = client.get(f"/portal/approvals/{approval.interrupt_id}/").content.decode()
+    page = signed_in(sam).get(f"/portal/approvals/{approval.interrupt_id}/").content.decode()
 
     # then
     assert "Revised by sam: “only the shoes”; to run with amount 12.50, order id ORD-1003" in page

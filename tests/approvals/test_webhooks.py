@@ -4,9 +4,7 @@ import hashlib
 import hmac
 import json
 import socket
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import time_machine
@@ -16,63 +14,11 @@ from django.utils import timezone
 from agentportal.webhooks import UnsafeWebhookUrl, webhook_url_check
 from approvals import outbox
 from approvals.models import Approval, Delivery, DeliveryStatus, Transport
-from runs import worker
-from runs.models import AgentRun, RunStatus
-from tests import factories
+from runs.models import RunStatus
+from tests.approvals.refund_helpers import refund_run_waiting
+from tests.approvals.webhook_helpers import SECRET
 
-SECRET = "s3cret"
-
-
-class Receiver:
-    """A local webhook endpoint that answers with the statuses it is given, then 204."""
-
-    def __init__(self, statuses=()):
-        self.statuses = list(statuses)
-        self.requests: list[tuple] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append((self.headers, body))
-                status = receiver.statuses.pop(0) if receiver.statuses else 204
-                self.send_response(status)
-                if status in (301, 302):
-                    self.send_header("Location", "http://10.0.0.1/elsewhere")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def allow_private(settings):
-    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
-
-
-@pytest.fixture
-def receiver(demo, allow_private):
-    made = []
-
-    def start(*statuses):
-        hook = Receiver(statuses)
-        made.append(hook)
-        demo.webhook_url, demo.webhook_secret = hook.url, SECRET
-        demo.save()
-        return hook
-
-    yield start
-    for hook in made:
-        hook.close()
+SMALL_REFUND = "refund ORD-1004 amount 9"
 
 
 def _webhook(**filters) -> Delivery:
@@ -89,20 +35,11 @@ def _drained() -> int:
     return delivered.count() - before
 
 
-def _pause(demo) -> AgentRun:
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1004 amount 9")
-    worker.tick()
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING_APPROVAL
-    return run
-
-
 def test_pending_call_is_announced_by_a_signed_webhook(demo, receiver):
     hook = receiver()
 
     # when: a call pauses, and the outbox is drained
-    run = _pause(demo)
+    run = refund_run_waiting(SMALL_REFUND).run
     delivery = _webhook()
     assert delivery.status == DeliveryStatus.PENDING
     assert _drained() == 1
@@ -124,7 +61,7 @@ def test_pending_call_is_announced_by_a_signed_webhook(demo, receiver):
 
 def test_failing_webhook_is_retried_with_backoff_and_never_blocks_the_run(demo, receiver):
     hook = receiver(500, 503)
-    run = _pause(demo)
+    run = refund_run_waiting(SMALL_REFUND).run
 
     # when: the first two attempts fail
     assert _drained() == 0
@@ -153,7 +90,7 @@ def test_failing_webhook_is_retried_with_backoff_and_never_blocks_the_run(demo, 
 
 def test_webhook_gives_up_after_its_last_attempt(demo, receiver):
     receiver(*([500] * outbox.MAX_ATTEMPTS))
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     delivery = _webhook()
     for _ in range(outbox.MAX_ATTEMPTS):
         delivery.refresh_from_db()
@@ -166,7 +103,7 @@ def test_webhook_gives_up_after_its_last_attempt(demo, receiver):
 
 def test_redirects_are_not_followed(demo, receiver):
     hook = receiver(302)
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     assert _drained() == 0
     assert len(hook.requests) == 1
     assert "HTTP 302" in _webhook().last_error
@@ -199,7 +136,7 @@ def test_a_refused_url_is_recorded_not_sent(demo, settings):
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": False}
     demo.webhook_url, demo.webhook_secret = "https://127.0.0.1:9/hook", SECRET
     demo.save()
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     assert _drained() == 0
     assert "refused" in _webhook().last_error
 
@@ -211,7 +148,7 @@ def test_the_connection_goes_to_the_address_that_was_checked(demo, receiver, mon
     port = hook.server.server_address[1]
     demo.webhook_url = f"http://hooks.shop.test:{port}/hooks"
     demo.save()
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     answers = [[(2, 1, 6, "", ("127.0.0.1", port))]]
     real_resolve = socket.getaddrinfo
 
@@ -239,7 +176,7 @@ def test_every_checked_address_is_tried_and_no_other(demo, receiver, monkeypatch
     port = hook.server.server_address[1]
     demo.webhook_url = f"http://hooks.shop.test:{port}/hooks"
     demo.save()
-    _pause(demo)
+    refund_run_waiting(SMALL_REFUND)
     real_resolve = socket.getaddrinfo
 
     def resolve(host, *args, **kwargs):

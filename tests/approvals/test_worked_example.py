@@ -3,19 +3,17 @@ approval (tests/extension_app/voucher.py), registered by an app of its own, wait
 inbox, on the call page and in the chat like a refund, and is granted once when approved."""
 
 from django.contrib.auth.models import User
-from django.test import Client
 
 from approvals.models import Approval, ApprovalStatus
 from runs import conversations, worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
 from tests.extension_app import voucher
+from tests.pages import signed_in
 
 
 def _page(username: str, path: str) -> str:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    response = client.get(path)
+    response = signed_in(username).get(path)
     assert response.status_code == 200, (path, response.status_code)
     return response.content.decode()
 

@@ -5,6 +5,7 @@ stream."""
 import asyncio
 
 from runs.live_hub import PollingHub, sse_event
+from tests.threads import run_coroutine
 
 
 class Stream:
@@ -37,7 +38,7 @@ def test_streams_joining_together_are_answered_by_one_read_with_their_own_news()
         await asyncio.wait_for(hub.reader, 5)
         return first.told, second.told, other.told, hub.reads
 
-    first, second, other, count = asyncio.run(scenario())
+    first, second, other, count = run_coroutine(scenario())
 
     assert (first, second, other) == (["news of a"], ["news of a"], ["news of b"])
     assert reads == [{"a", "b"}] and count == 1
@@ -61,7 +62,7 @@ def test_a_failing_read_is_survived_and_the_next_one_delivers():
         await asyncio.wait_for(hub.reader, 5)
         return stream.told, hub.reads, failing_after
 
-    told, count, failing = asyncio.run(scenario())
+    told, count, failing = run_coroutine(scenario())
 
     assert told == ["back"] and count == 2 and failing is False
 

@@ -64,7 +64,7 @@ class ChatStream:
 
     async def took_all(self) -> None:
         """Until the stream has taken all it was woken for (the text heard) and waits again."""
-        (watcher,) = live.page_hub().watchers[self.topic]
+        (watcher,) = live.page_hub().subscribers[self.topic]
         await wait_for_async(
             lambda: not watcher.ready.is_set(), message="the stream never took what it heard"
         )

@@ -4,11 +4,16 @@ from django.conf import settings
 from django.db import models
 
 
+def default_max_running_runs() -> int:
+    """A new shop's running-run capacity (AGENTPORTAL_MAX_RUNNING_RUNS)."""
+    return settings.AGENTPORTAL["DEFAULT_MAX_RUNNING_RUNS"]
+
+
 class Merchant(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     active = models.BooleanField(default=True)
-    max_running_runs = models.PositiveIntegerField(default=8)
+    max_running_runs = models.PositiveIntegerField(default=default_max_running_runs)
     # Slots kept for this shop: while it runs fewer than this, it is scheduled first.
     reserved_slots = models.PositiveIntegerField(default=0)
     last_scheduled_at = models.DateTimeField(null=True, blank=True)

@@ -1,6 +1,7 @@
 from django.contrib.auth.models import User
 
 from agentportal.models import Membership, Merchant, Role
+from agentportal.principals import Principal
 
 
 def membership_current(*, user: User, merchant: Merchant) -> Membership | None:
@@ -45,8 +46,6 @@ def merchants_operated_by(*, user: User):
 def principal_for_user(*, user: User, merchant: Merchant):
     """A signed-in user acting in a shop, by their current membership; superusers act as
     operators. None when they have no standing there."""
-    from agentportal.principals import Principal
-
     membership = membership_current(user=user, merchant=merchant)
     if membership is not None and user.is_active:
         return Principal(merchant=merchant, role=membership.role, user=user)

@@ -7,36 +7,20 @@ import dj_database_url
 from csp import constants as csp_constants
 from django.core.exceptions import ImproperlyConfigured
 
-from agentportal.proxies import trusted_proxies_parse
+from agentportal.conf import portal_settings
+from agentportal.env import (
+    env_bool,
+    env_choice,
+    env_count,
+    env_float,
+    env_int,
+    env_redis_url,
+)
 from agentportal.secret_key import secret_key_checked
+from approvals.conf import approvals_settings
+from runs.conf import runs_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes"}
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
-
-
-def env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
-
-
-def env_count(name: str, default: int) -> int:
-    """A whole number of 1 or more from the environment; anything else stops the process at
-    start with a sentence naming the variable."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if not (raw.strip().isascii() and raw.strip().isdigit() and int(raw) >= 1):
-        raise ImproperlyConfigured(f"{name} must be a whole number of 1 or more, not {raw!r}.")
-    return int(raw)
 
 
 DEBUG = env_bool("DJANGO_DEBUG")
@@ -212,12 +196,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and WEB_PRO
 # One cache every web node shares: the rate limits and sign-in attempts count in it, event
 # streams hold their slots and pages their viewers there. Redis when AGENTPORTAL_CACHE_URL
 # names one (each count one increment there, off the database), else the database's table.
-CACHE_URL = os.environ.get("AGENTPORTAL_CACHE_URL", "")
+CACHE_URL = env_redis_url("AGENTPORTAL_CACHE_URL")
 if CACHE_URL:
-    if not CACHE_URL.startswith(("redis://", "rediss://")):
-        raise ImproperlyConfigured(
-            f"AGENTPORTAL_CACHE_URL must be a redis:// or rediss:// URL, not {CACHE_URL!r}."
-        )
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
     }
@@ -311,7 +291,7 @@ SPECTACULAR_SETTINGS = {
 Q_CLUSTER = {
     "name": "agentportal",
     "orm": "default",
-    "workers": env_int("AGENTPORTAL_WORKERS", 2),
+    "workers": env_count("AGENTPORTAL_WORKERS", 2),
     "timeout": 150,
     "retry": 180,
     "ack_failures": True,
@@ -324,99 +304,20 @@ Q_CLUSTER = {
 # The broker carries only wake-ups (a tick drains every claimable run), so one that loses a
 # message costs latency, never a run: `maintain` wakes the workers every minute regardless.
 # The database is the default broker; Redis takes that load off it when many nodes poll.
-BROKER_URL = os.environ.get("AGENTPORTAL_BROKER_URL", "")
+BROKER_URL = env_redis_url("AGENTPORTAL_BROKER_URL")
 if BROKER_URL:
-    if not BROKER_URL.startswith(("redis://", "rediss://")):
-        raise ImproperlyConfigured(
-            f"AGENTPORTAL_BROKER_URL must be a redis:// or rediss:// URL, not {BROKER_URL!r}."
-        )
     del Q_CLUSTER["orm"]
     Q_CLUSTER["redis"] = BROKER_URL
 
-# Agent runtime defaults (DESIGN section 9); a merchant's release may narrow them.
-WORKER_IN_FLIGHT = env_count("AGENTPORTAL_WORKER_IN_FLIGHT", 256)
-# Processes of the web server (each serves many requests and event streams at once).
-WEB_PROCESSES = env_count("AGENTPORTAL_WEB_PROCESSES", 2)
-
-# Where people reach the portal, for the links in emails (a mail client cannot follow a
-# relative one).
-SITE_URL = os.environ.get("AGENTPORTAL_SITE_URL", "http://127.0.0.1:8000").strip().rstrip("/")
-if not SITE_URL.startswith(("http://", "https://")) or "/" in SITE_URL.split("://", 1)[1]:
-    raise ImproperlyConfigured(
-        "AGENTPORTAL_SITE_URL must be the portal's address, such as https://support.example.com"
-        f" (scheme and host, no path), not {SITE_URL!r}."
-    )
+# What the apps read, each from its own variables (agentportal.conf, runs.conf,
+# approvals.conf); the code reads settings.AGENTPORTAL, which tests may override.
 AGENTPORTAL = {
-    "SITE_URL": SITE_URL,
-    "MODEL": os.environ.get("AGENTPORTAL_MODEL", "scripted"),
-    "OPENAI_BASE_URL": os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
-    "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "not-needed"),
-    "OPENAI_MODEL": os.environ.get("AGENTPORTAL_OPENAI_MODEL", "gpt-4o-mini"),
-    "OPENAI_TIMEOUT_SECONDS": env_float("AGENTPORTAL_OPENAI_TIMEOUT_SECONDS", 30.0),
-    "MODEL_ATTEMPTS_PER_STEP": env_int("AGENTPORTAL_MODEL_ATTEMPTS_PER_STEP", 2),
-    "APPROVAL_TTL_SECONDS": env_int("AGENTPORTAL_APPROVAL_TTL_SECONDS", 1800),
-    # The scripted model writes its answers a word at a time, this many ms apart (0: at once).
-    "SCRIPTED_STREAM_MS": env_int("AGENTPORTAL_SCRIPTED_STREAM_MS", 20),
-    # Publish the answers' text as the model writes it (runs.deltas); false: the clients still
-    # stream from the model, but nothing is published and the answer shows when it commits.
-    "STREAM_DELTAS": env_bool("AGENTPORTAL_STREAM_DELTAS", True),
-    # Webhooks to http:// and to loopback or private addresses (a local test receiver).
-    "WEBHOOK_ALLOW_PRIVATE": env_bool("AGENTPORTAL_WEBHOOK_ALLOW_PRIVATE"),
-    "STOCK_LATENCY_SECONDS": env_float("AGENTPORTAL_STOCK_LATENCY_SECONDS", 3.0),
-    # The proxies (addresses or networks) that may say who the client is in X-Forwarded-For,
-    # to the web server and to Django alike; none by default, so every such header is ignored.
-    "TRUSTED_PROXIES": trusted_proxies_parse(os.environ.get("AGENTPORTAL_TRUSTED_PROXIES", "")),
-    # Failed sign-ins per user name and address before that pair waits out the window.
-    "LOGIN_FAILURES": env_int("AGENTPORTAL_LOGIN_FAILURES", 5),
-    "LOGIN_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),
-    # Failed sign-ins per user name from any address before the name waits out its window.
-    "LOGIN_FAILURES_PER_NAME": env_int("AGENTPORTAL_LOGIN_FAILURES_PER_NAME", 20),
-    "LOGIN_NAME_LOCK_SECONDS": env_int("AGENTPORTAL_LOGIN_NAME_LOCK_SECONDS", 3600),
-    # Requests per API key (per address without one), and wrong keys per address a minute.
-    "API_RATE": os.environ.get("AGENTPORTAL_API_RATE", "600/minute"),
-    "AUTH_FAILURES_PER_MINUTE": env_int("AGENTPORTAL_AUTH_FAILURES_PER_MINUTE", 20),
-    # How customers see whoever of the shop's staff decided (never their login name).
-    "STAFF_DISPLAY_NAME": os.environ.get("AGENTPORTAL_STAFF_DISPLAY_NAME", "a supervisor"),
-    # How long a blocking tool call may take before it is abandoned (a tool may declare less).
-    "TOOL_TIMEOUT_SECONDS": env_float("AGENTPORTAL_TOOL_TIMEOUT_SECONDS", 30.0),
-    "RUN_DEADLINE_SECONDS": env_int("AGENTPORTAL_RUN_DEADLINE_SECONDS", 600),
-    "WAIT_SECONDS": env_int("AGENTPORTAL_WAIT_SECONDS", 24 * 3600),
-    # When a colleague is due to follow up on a create_followup_request.
-    "FOLLOWUP_DUE_SECONDS": env_int("AGENTPORTAL_FOLLOWUP_DUE_SECONDS", 24 * 3600),
-    "SLICE_SECONDS": env_float("AGENTPORTAL_SLICE_SECONDS", 120.0),
-    "LEASE_SECONDS": env_float("AGENTPORTAL_LEASE_SECONDS", 125.0),
-    "TICK_CLAIM_SECONDS": env_float("AGENTPORTAL_TICK_CLAIM_SECONDS", 20.0),
-    "TICK_BUDGET_SECONDS": env_float("AGENTPORTAL_TICK_BUDGET_SECONDS", 110.0),
-    # Runs one worker process holds at once; their steps are committed together in rounds, and
-    # their model calls wait on one event loop without a thread each.
-    "WORKER_IN_FLIGHT": WORKER_IN_FLIGHT,
-    "WEB_PROCESSES": WEB_PROCESSES,
-    # Turns /metrics on, for scrapers that send it as a bearer token.
-    "METRICS_TOKEN": os.environ.get("AGENTPORTAL_METRICS_TOKEN", ""),
-    # Steps committed together in one round, at most (measured: 16 is best on both databases).
-    "ROUND_RUNS": env_count("AGENTPORTAL_ROUND_RUNS", 16),
-    # Model calls in flight per endpoint and model, per worker process.
-    "MODEL_CONCURRENCY": env_count("AGENTPORTAL_MODEL_CONCURRENCY", WORKER_IN_FLIGHT),
-    # Threads for tools that block (and for calls of stopped runs that ignore their token).
-    "TOOL_THREADS": env_count("AGENTPORTAL_TOOL_THREADS", 32),
-    # How long a model call may keep waiting on an endpoint that answers 429.
-    "MODEL_THROTTLE_SECONDS": env_float("AGENTPORTAL_MODEL_THROTTLE_SECONDS", 300.0),
-    "CANCEL_POLL_SECONDS": 0.25,
-    "MAX_MODEL_CALLS": 6,
-    "MAX_STEPS": 20,
-    "MAX_TOOL_CALLS_PER_TURN": 4,
-    "MAX_OPEN_RUNS_PER_ACCOUNT": 3,
-    # A customer's open conversations, their messages waiting behind busy runs (all
-    # conversations together), and event streams open at once per API key.
-    "MAX_OPEN_CONVERSATIONS_PER_CUSTOMER": env_int("AGENTPORTAL_MAX_OPEN_CONVERSATIONS", 10),
-    "MAX_QUEUED_MESSAGES_PER_CUSTOMER": env_int("AGENTPORTAL_MAX_QUEUED_MESSAGES", 20),
-    "MAX_EVENT_STREAMS_PER_KEY": env_int("AGENTPORTAL_MAX_EVENT_STREAMS_PER_KEY", 4),
-    "DEFAULT_MAX_RUNNING_RUNS": env_int("AGENTPORTAL_MAX_RUNNING_RUNS", 8),
+    **portal_settings(),
+    **runs_settings(task_timeout=Q_CLUSTER["timeout"]),
+    **approvals_settings(),
 }
 
-LOG_FORMAT = os.environ.get("AGENTPORTAL_LOG_FORMAT", "plain")
-if LOG_FORMAT not in ("plain", "json"):
-    raise ImproperlyConfigured(f"AGENTPORTAL_LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}.")
+LOG_FORMAT = env_choice("AGENTPORTAL_LOG_FORMAT", "plain", ("plain", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

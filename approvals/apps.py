@@ -8,7 +8,16 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The after-sales domain plugs into the generic runtime here; `runs` never imports
         # this app.
-        from approvals import escalation, interrupts, notifications, plans, script, services, tools
+        from approvals import (
+            escalation,
+            interrupts,
+            outbox,
+            plans,
+            script,
+            services,
+            timeline_sentences,
+            tools,
+        )
         from runs import extensions
         from runs.releases import GraphRelease, graph_release_register
 
@@ -26,12 +35,12 @@ class ApprovalsConfig(AppConfig):
         extensions.interrupt_register(interrupts.APPROVAL_INTERRUPT)
         extensions.interrupt_register(interrupts.PLAN_INTERRUPT)
         tools.register()
+        timeline_sentences.timeline_sentences_register()
         extensions.script_register(script.after_sales_script)
         extensions.sweep_register("approvals_expire_due", services.approvals_expire_due)
         extensions.sweep_register("approvals_escalate_due", escalation.approvals_escalate_due)
         extensions.sweep_register("plans_reconcile_due", plans.plans_reconcile_due)
-        extensions.sweep_register("webhooks_wake", notifications.webhooks_wake)
-        extensions.sweep_register("customer_emails_wake", notifications.customer_emails_wake)
+        extensions.sweep_register("deliveries_wake", outbox.deliveries_wake)
 
 
 SYSTEM_PROMPT = (

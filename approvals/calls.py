@@ -24,6 +24,7 @@ from runs import services as run_services
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus
 from runs.nodes import tool_key
+from runs.releases import tools_declared
 from runs.services import Lease, LostRun, StepCommit
 from runs.snapshot import (
     CallStatus,
@@ -38,8 +39,8 @@ from runs.snapshot import (
     snapshot_parse,
     transition_check,
 )
-from runs.tools import CancellationToken, Tool, ToolContext, ToolError, tools_declared
-from runs.worker import ToolOutcome
+from runs.step_protocol import ToolOutcome
+from runs.tools import CancellationToken, Tool, ToolContext, ToolError
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What a supervisor needs to decide a call, in plain words: what the customer said, the
 order the call is about, what looks wrong with it, who approved it already and what its
-policy asks; and the inbox's rows, readable."""
+policy asks, and the other calls asked for with it."""
 
 import json
 import re
@@ -59,7 +59,7 @@ def _amount(arguments: dict[str, Any]) -> Decimal | None:
         return None
 
 
-def _order_number(arguments: dict[str, Any]) -> str:
+def order_number(arguments: dict[str, Any]) -> str:
     return str(arguments.get("order_id") or "").upper()
 
 
@@ -178,7 +178,7 @@ def revision_concerns(approval: Approval, arguments: dict[str, Any]) -> list[Con
     order must be the customer's and its amount within what is refundable."""
     if approval.tool_name != "issue_refund":
         return []
-    number = _order_number(arguments)
+    number = order_number(arguments)
     order = _customers_order(approval, number)
     _, open_amounts = _earlier_refunds(order, approval) if order else ([], [])
     amount = _amount(arguments)
@@ -199,7 +199,7 @@ def approval_decision_context(approval: Approval) -> dict[str, Any]:
     """The approval page's account of the call: headline, readable arguments, what the
     customer said, the order and its refunds, and (while it waits) the warnings."""
     arguments = approval.proposed_args
-    number = _order_number(arguments)
+    number = order_number(arguments)
     order = _customers_order(approval, number)
     currency = order.currency if order else ""
     transcript = run_selectors.run_transcript(approval.run)
@@ -362,12 +362,6 @@ def approvals_note(approval: Approval, *, user_id: int) -> tuple[str, bool]:
     return f"{len(votes)} of {required} approvals: {names}", mine
 
 
-# --- the inbox ---------------------------------------------------------------------------------
-
-# How many rows the inbox lists at once, of each kind.
-INBOX_ROWS = 100
-
-
 # What a call's status means, for a supervisor looking at the calls of one request.
 CALL_STATES = {
     ApprovalStatus.PENDING_APPROVAL: "waiting for a decision",
@@ -395,56 +389,3 @@ def siblings_context(approval: Approval) -> list[dict[str, Any]]:
         }
         for sibling in selectors.approval_siblings(approval)
     ]
-
-
-def _grouped_by_request(calls: list[Approval]) -> list[Approval]:
-    """The calls with those of one request (run) together, where its first call sorted; each
-    knows its place in its group (`group_position` of `group_size`)."""
-    groups: dict[Any, list[Approval]] = {}
-    for call in calls:
-        groups.setdefault(call.run_id, []).append(call)
-    ordered = []
-    for group in groups.values():
-        group.sort(key=lambda call: call.tool_execution_key)
-        for position, call in enumerate(group, start=1):
-            call.group_position, call.group_size = position, len(group)
-        ordered += group
-    return ordered
-
-
-def inbox_context(*, user, sort: str | None) -> dict[str, Any]:
-    """The inbox's calls and plans for a supervisor: calls sorted by `sort` ("age", oldest
-    first, unless "amount", largest first), those asked for together kept together, each
-    with what its row shows."""
-    sort = sort if sort in selectors.INBOX_SORTS else "age"
-    pending = selectors.approvals_pending_for_supervisor(user=user, sort=sort)
-    calls = _grouped_by_request(list(pending[:INBOX_ROWS]))
-    orders = selectors.orders_named(calls)
-    for call in calls:
-        call.label = call_label(call.tool_name)
-        call.approvals_note, call.approved_by_me = approvals_note(call, user_id=user.pk)
-        call.order_number = _order_number(call.proposed_args)
-        order = orders.get((call.merchant_id, call.run.account_id, call.order_number))
-        call.amount_shown = (
-            money(call.amount, order.currency if order else "") if call.amount is not None else ""
-        )
-    plans = list(selectors.tickets_waiting_for_supervisor(user=user)[:INBOX_ROWS])
-    now = timezone.now()
-    for call in calls:
-        call.waited = _waited(call.created_at, now)
-    for plan in plans:
-        plan.waited = _waited(plan.updated_at, now)
-    return {
-        "pending": calls,
-        "pending_count": len(calls) if len(calls) < INBOX_ROWS else pending.count(),
-        "sort": sort,
-        "plans": plans,
-        "now": now,
-    }
-
-
-def _waited(since, now) -> str:
-    """How long something has waited, as a person says it: "just now", "12 minutes ago"."""
-    if now - since < timedelta(minutes=1):
-        return "just now"
-    return f"{timesince(since, now)} ago"

@@ -1,13 +1,13 @@
 """What the after-sales domain plugs into the runtime's interrupts (runs.extensions): a call
 that waits for a supervisor's approval, and a plan that waits for its confirmation and review."""
 
-from approvals import calls, plans, run_ends
+from approvals import calls, plans, policies, run_ends
 from runs.extensions import Interrupt, WaitKind
 from runs.models import RunStatus
 
 APPROVAL = WaitKind(name="approval", payload=None, status=RunStatus.WAITING_APPROVAL)
 APPROVAL_INTERRUPT = Interrupt(
-    policy="approval",
+    policy=policies.APPROVAL_POLICY,
     pause=calls.approval_interrupt,
     kinds=(APPROVAL,),
     pending=calls.approval_pending,
@@ -15,7 +15,7 @@ APPROVAL_INTERRUPT = Interrupt(
 )
 
 PLAN_INTERRUPT = Interrupt(
-    policy="business_wait",
+    policy=plans.PLAN_POLICY,
     pause=plans.plan_interrupt,
     kinds=(plans.CONFIRMATION, plans.PLAN_REVIEW),
     before_wait_expiry=plans.plan_events_apply_locked,

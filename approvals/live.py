@@ -6,42 +6,29 @@ no requests.
 
 Every page stream of a web process waits on one hub (per event loop, as the run event streams
 do); once a second the hub reads the state of every watched page in a few statements, in a
-thread of the loop's pool, and wakes the streams whose page changed. Who is viewing lives in
-the shared cache, one key per page and person, so that every web node sees every viewer."""
+thread of the loop's pool, and wakes the streams whose page changed (runs.live_hub). Who is
+viewing is approvals.presence's."""
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import random
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, F
-from django.utils.html import escape
 
-from agentportal.models import Membership, Role
-from approvals import selectors
+from approvals import presence, selectors
 from approvals.live_answers import AnswerFollower
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
+from runs import live_hub
 
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
-# As the run event streams: a stream ends after at most this long, less a random part of its
-# last fifth, and says something on a quiet connection so that proxies keep it open.
-STREAM_SECONDS = 300.0
-STREAM_JITTER = 0.2
-KEEPALIVE_SECONDS = 15.0
-# A viewer whose stream stopped saying so (a web node killed) is forgotten after this long;
-# a live stream says so again at each keep-alive.
-PRESENCE_SECONDS = 3 * KEEPALIVE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -157,50 +144,12 @@ def page_states(topics: Iterable[Topic]) -> dict[Topic, PageState]:
     # A supervisor has one inbox open at a time, and there are few supervisors: one by one.
     for topic in by_kind.get("inbox", []):
         states[topic] = PageState(inbox_digest(topic.key))
-    viewers = _viewers(
+    viewers = presence.viewers_of(
         {topic: (merchant, people) for topic, (_, merchant, people) in shared.items()}
     )
     for topic, (digest, _, _) in shared.items():
         states[topic] = PageState(digest, viewers.get(topic, ()))
     return states
-
-
-# --- who is viewing --------------------------------------------------------------------------
-
-
-def _presence_key(topic: Topic, user_id: int) -> str:
-    return f"viewing:{topic.kind}:{topic.key}:{user_id}"
-
-
-def presence_mark(*, topic: Topic, user_id: int, username: str) -> None:
-    cache.set(_presence_key(topic, user_id), username, PRESENCE_SECONDS)
-
-
-def presence_clear(*, topic: Topic, user_id: int) -> None:
-    cache.delete(_presence_key(topic, user_id))
-
-
-def _viewers(pages: dict[Topic, tuple[int, list[int]]]) -> dict[Topic, tuple[str, ...]]:
-    """Who views each page, among the people who may: the shop's supervisors and operators,
-    and the people the page names (a plan's customer); one read of the cache for all."""
-    if not pages:
-        return {}
-    staff: dict[int, list[int]] = {}
-    for merchant, user_id in Membership.objects.filter(
-        merchant__in={merchant for merchant, _ in pages.values()},
-        role__in=[Role.SUPERVISOR, Role.OPERATOR],
-        active=True,
-    ).values_list("merchant", "user"):
-        staff.setdefault(merchant, []).append(user_id)
-    keys = {
-        topic: [_presence_key(topic, user_id) for user_id in {*staff.get(merchant, []), *people}]
-        for topic, (merchant, people) in pages.items()
-    }
-    present = cache.get_many([key for page_keys in keys.values() for key in page_keys])
-    return {
-        topic: tuple(sorted(present[key] for key in page_keys if key in present))
-        for topic, page_keys in keys.items()
-    }
 
 
 # --- the hub ---------------------------------------------------------------------------------
@@ -209,8 +158,7 @@ def _viewers(pages: dict[Topic, tuple[int, list[int]]]) -> dict[Topic, tuple[str
 class Watcher:
     """One page stream at the hub: the latest state read for its page."""
 
-    def __init__(self, topic: Topic) -> None:
-        self.topic = topic
+    def __init__(self) -> None:
         self.state: PageState | None = None
         self.ready = asyncio.Event()
 
@@ -220,90 +168,15 @@ class Watcher:
             self.ready.set()
 
 
-class PageHub:
-    """The page streams of one event loop and the one task that reads for them; the task ends
-    when the last stream does."""
-
-    def __init__(self) -> None:
-        self.watchers: dict[Topic, set[Watcher]] = {}
-        self.wake = asyncio.Event()
-        self.reader: asyncio.Task | None = None
-        self.failing = False
-        self.reads = 0
-
-    def watch(self, topic: Topic) -> Watcher:
-        watcher = Watcher(topic)
-        self.watchers.setdefault(topic, set()).add(watcher)
-        self.wake.set()
-        if self.reader is None or self.reader.done():
-            self.reader = asyncio.get_running_loop().create_task(self._read_while_watched())
-        return watcher
-
-    def unwatch(self, watcher: Watcher) -> None:
-        watching = self.watchers.get(watcher.topic)
-        if watching is not None:
-            watching.discard(watcher)
-            if not watching:
-                del self.watchers[watcher.topic]
-
-    async def _read_while_watched(self) -> None:
-        read = sync_to_async(_read, thread_sensitive=False)
-        while self.watchers:
-            self.wake.clear()
-            try:
-                states = await read(list(self.watchers))
-            except Exception:
-                # The database is away: the pages keep what they show; read again later.
-                if not self.failing:
-                    logger.warning("live pages could not read; trying again", exc_info=True)
-                self.failing, states = True, {}
-            else:
-                self.failing = False
-            self.reads += 1
-            for topic, state in states.items():
-                for watcher in list(self.watchers.get(topic, ())):
-                    watcher.deliver(state)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), POLL_SECONDS)
-
-
-def _read(topics: list[Topic]) -> dict[Topic, PageState]:
-    """In a thread of the pool, which gives its database connection back."""
-    try:
-        return page_states(topics)
-    finally:
-        connection.close()
-
-
-_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PageHub]" = weakref.WeakKeyDictionary()
-
-
-def page_hub() -> PageHub:
-    loop = asyncio.get_running_loop()
-    if loop not in _hubs:
-        _hubs[loop] = PageHub()
-    return _hubs[loop]
+def page_hub() -> live_hub.PollingHub:
+    """The running event loop's hub of page streams."""
+    return live_hub.loop_hub(
+        "pages",
+        lambda: live_hub.PollingHub(page_states, every=POLL_SECONDS, name="live pages"),
+    )
 
 
 # --- one page's stream -----------------------------------------------------------------------
-
-
-def viewers_html(viewers: Iterable[str], *, me: str, customer_of: str = "") -> str:
-    """Who else is viewing, by login for the shop's people; a page's customer (`customer_of`,
-    the shop's name) reads only that people of the shop are there, never who."""
-    others = [escape(name) for name in viewers if name != me]
-    if not others:
-        return ""
-    if customer_of:
-        shop = escape(customer_of)
-        told = (
-            f"A person of {shop} is looking at your plan"
-            if len(others) == 1
-            else f"People of {shop} are looking at your plan"
-        )
-        return f'<span class="viewing">{told}</span>'
-    names = " and ".join([", ".join(others[:-1]), others[-1]] if len(others) > 1 else others)
-    return f'<span class="viewing">{names} {"is" if len(others) == 1 else "are"} viewing</span>'
 
 
 async def page_stream(
@@ -313,25 +186,27 @@ async def page_stream(
     `viewers` when the others viewing it change (told as viewers_html tells the page's
     customer when `customer_of` names the shop), and on a chat the answer being written as
     `delta` events (approvals.live_answers); a comment line when quiet."""
-    ends = time.monotonic() + STREAM_SECONDS * (1 - random.uniform(0, STREAM_JITTER))
+    ends = live_hub.stream_deadline()
     mark: Callable[[], object] = sync_to_async(
         lambda: _mark_presence(topic, user_id, username), thread_sensitive=False
     )
-    yield "retry: 2000\n\n"
+    yield live_hub.sse_retry(2000)
     if topic.has_viewers:
         await mark()
     hub = page_hub()
-    watcher = hub.watch(topic)
+    watcher = hub.join(topic, Watcher())
     answer = AnswerFollower(watcher.ready.set) if topic.kind == "chat" else None
     shown, shown_viewers = seen, ""
     try:
         while (remaining := ends - time.monotonic()) > 0:
             try:
-                await asyncio.wait_for(watcher.ready.wait(), min(remaining, KEEPALIVE_SECONDS))
+                await asyncio.wait_for(
+                    watcher.ready.wait(), min(remaining, live_hub.KEEPALIVE_SECONDS)
+                )
             except TimeoutError:
                 if topic.has_viewers:
                     await mark()
-                yield ": keep-alive\n\n"
+                yield live_hub.KEEPALIVE
                 continue
             watcher.ready.clear()
             # The text heard so far goes before the news that may replace it (a commit).
@@ -342,11 +217,11 @@ async def page_stream(
                 continue
             if state.digest != shown:
                 shown = state.digest
-                yield f"event: changed\ndata: {shown}\n\n"
-            others = viewers_html(state.viewers, me=username, customer_of=customer_of)
+                yield live_hub.sse_event("changed", shown)
+            others = presence.viewers_html(state.viewers, me=username, customer_of=customer_of)
             if others != shown_viewers:
                 shown_viewers = others
-                yield f"event: viewers\ndata: {others}\n\n"
+                yield live_hub.sse_event("viewers", others)
             if answer:
                 answer.follow(state.writing)
                 if text := answer.take():
@@ -354,7 +229,7 @@ async def page_stream(
     finally:
         if answer:
             answer.close()
-        hub.unwatch(watcher)
+        hub.leave(topic, watcher)
         if topic.has_viewers:
             # Not awaited: the stream may be ending because its task was cancelled.
             asyncio.get_running_loop().run_in_executor(
@@ -364,13 +239,13 @@ async def page_stream(
 
 def _mark_presence(topic: Topic, user_id: int, username: str) -> None:
     try:
-        presence_mark(topic=topic, user_id=user_id, username=username)
+        presence.presence_mark(topic=topic, user_id=user_id, username=username)
     finally:
         connection.close()
 
 
 def _clear_presence(topic: Topic, user_id: int) -> None:
     try:
-        presence_clear(topic=topic, user_id=user_id)
+        presence.presence_clear(topic=topic, user_id=user_id)
     finally:
         connection.close()

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from approvals.models import Approval, ApprovalStatus, DeliveryStatus, WebhookDelivery
+from approvals.models import Approval, ApprovalStatus, Delivery, DeliveryStatus, Transport
 from runs.monitoring import RECENT_ROWS, quantiles
 
 
@@ -36,7 +36,9 @@ class ApprovalsCollector:
             "agentportal_webhook_backlog",
             "Webhook deliveries not yet delivered (still to be tried).",
         )
-        waiting = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING)
+        waiting = Delivery.objects.filter(
+            transport=Transport.WEBHOOK, status=DeliveryStatus.PENDING
+        )
         backlog.add_metric([], waiting.count())
         yield backlog
 

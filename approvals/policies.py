@@ -18,6 +18,8 @@ from approvals.locks import policy_lock
 from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
 from runs.tools import TOOLS
 
+# The policy of the tools whose calls wait for a supervisor's approval (approvals.interrupts).
+APPROVAL_POLICY = "approval"
 # What a version's rules are made of; two versions with the same values are the same rules.
 RULE_FIELDS = (
     "amount_field",
@@ -57,9 +59,7 @@ class CallRequirement:
 
 def policy_tool_names() -> list[str]:
     """The tools a policy can be set for: those whose calls wait for approval."""
-    from approvals.interrupts import APPROVAL_INTERRUPT
-
-    return sorted(name for name, tool in TOOLS.items() if tool.policy == APPROVAL_INTERRUPT.policy)
+    return sorted(name for name, tool in TOOLS.items() if tool.policy == APPROVAL_POLICY)
 
 
 def policy_amount_fields() -> list[str]:
@@ -78,10 +78,8 @@ def policy_rules_check(*, tool_name: str, rules: PolicyRules) -> None:
     """400 with field errors unless the rules fit the tool: it exists and waits for approval,
     the amount field is one of its numeric arguments, thresholds are not negative and the
     auto-approval limit lies below the four-eyes threshold."""
-    from approvals.interrupts import APPROVAL_INTERRUPT
-
     tool = TOOLS.get(tool_name)
-    if tool is None or tool.policy != APPROVAL_INTERRUPT.policy:
+    if tool is None or tool.policy != APPROVAL_POLICY:
         raise errors.InvalidInput(
             f"{tool_name} is not a tool whose calls wait for approval.",
             errors=[{"field": "tool_name", "message": "a tool whose calls need approval"}],

@@ -1,14 +1,10 @@
 """django-q2 entry points of the approvals app. Each is safe to run twice."""
 
-from approvals import escalation, notifications, plans
+from approvals import escalation, outbox, plans
 
 
-def deliver_webhooks() -> int:
-    return notifications.webhooks_deliver_due()
-
-
-def send_customer_emails() -> int:
-    return notifications.customer_emails_send_due()
+def deliver() -> int:
+    return outbox.deliveries_deliver_due()
 
 
 def reconcile(run_id: str) -> int:

@@ -13,7 +13,10 @@ from django.utils import timezone
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from approvals import locks, selectors
+from approvals.exchange_items import ExchangeItems, exchange_line_problem, sized_sku
 from approvals.models import FollowupRequest, Order, OrderStatus, Refund
+from approvals.plans import PLAN_POLICY
+from approvals.policies import APPROVAL_POLICY
 from runs.tools import Policy, Tool, ToolCancelled, ToolContext, ToolError, tool_register
 
 ORDER_NUMBER = r"^ORD-\d{1,12}$"
@@ -71,16 +74,6 @@ class ClarificationArgs(_Args):
     question: str = Field(min_length=1, max_length=500, description="What to ask the customer.")
 
 
-class ExchangeItem(_Args):
-    sku: str = Field(min_length=1, max_length=64, description="The SKU bought.")
-    new_sku: str = Field(min_length=1, max_length=64, description="The SKU wanted instead.")
-    quantity: int = Field(default=1, ge=1, le=20)
-
-
-# One to ten lines: the tool's arguments and a supervisor's revision alike.
-ExchangeItems = Annotated[list[ExchangeItem], Field(min_length=1, max_length=10)]
-
-
 class ExchangeProposalArgs(_Args):
     order_id: str = Field(pattern=ORDER_NUMBER)
     items: ExchangeItems
@@ -120,14 +113,6 @@ def order_summary(order: Order) -> dict[str, Any]:
     }
 
 
-def sized_sku(sku: str, size: str) -> str:
-    """SHOE-TRAIL-42 in size 43 is SHOE-TRAIL-43; an SKU without a size part stays as it is."""
-    product, _, current = sku.rpartition("-")
-    if not size or not product or not current.replace(".", "").isdigit():
-        return sku
-    return f"{product}-{size}"
-
-
 def lookup_order(args: LookupOrderArgs, context: ToolContext) -> dict[str, Any]:
     return order_summary(_order(context, args.order_id))
 
@@ -161,25 +146,6 @@ def check_exchange_eligibility(args: ExchangeEligibilityArgs, context: ToolConte
         return {"eligible": False, "reason": problem}
     in_stock = selectors.stock_level(merchant_id=context.merchant_id, sku=new_sku)
     return {"eligible": True, "new_sku": new_sku, "in_stock": in_stock}
-
-
-def exchange_line_problem(order: Order, *, sku: str, quantity: int, new_sku: str) -> str:
-    """Why `quantity` of `sku` from the order cannot be swapped for `new_sku`, or "" when it
-    can: the one rule for the eligibility tool, the agent's plans and supervisors' revisions."""
-    line = next((item for item in order.items if item["sku"] == sku), None)
-    if line is None:
-        return f"{sku} is not part of {order.number}"
-    if order.status != OrderStatus.DELIVERED:
-        return "only delivered orders can be exchanged"
-    if not line.get("exchangeable", False):
-        return f"{line.get('name', sku)} cannot be exchanged"
-    if quantity > line.get("quantity", 1):
-        return f"{order.number} holds only {line.get('quantity', 1)} of {line.get('name', sku)}"
-    if new_sku.rpartition("-")[0] != sku.rpartition("-")[0]:
-        return f"{new_sku} is not another size of {sku}"
-    if selectors.stock_level(merchant_id=order.merchant_id, sku=new_sku) < quantity:
-        return f"{line.get('name', sku)} in size {new_sku.rpartition('-')[2]} is out of stock"
-    return ""
 
 
 def check_stock(args: CheckStockArgs, context: ToolContext) -> dict[str, Any]:
@@ -239,17 +205,6 @@ def issue_refund(args: IssueRefundArgs, context: ToolContext) -> dict[str, Any]:
     }
 
 
-def exchange_items_problem(order: Order, items: list[dict[str, Any]]) -> str:
-    """Why these exchange items do not fit the order, or "" when they do."""
-    for item in items:
-        problem = exchange_line_problem(
-            order, sku=item["sku"], quantity=item["quantity"], new_sku=item["new_sku"]
-        )
-        if problem:
-            return problem
-    return ""
-
-
 def create_followup_request(args: FollowupArgs, context: ToolContext) -> dict[str, Any]:
     """Register that a colleague comes back to the customer; idempotent by the call's key."""
     order = _order(context, args.order_id)
@@ -273,9 +228,6 @@ def create_followup_request(args: FollowupArgs, context: ToolContext) -> dict[st
 
 
 def register() -> None:
-    # Imported here: the interrupts build on this module's argument models and rules.
-    from approvals.interrupts import APPROVAL_INTERRUPT, PLAN_INTERRUPT
-
     for tool in (
         Tool(
             name="lookup_order",
@@ -305,7 +257,7 @@ def register() -> None:
             name="issue_refund",
             description="Refund an amount of an order to the customer. A supervisor approves.",
             args_model=IssueRefundArgs,
-            policy=APPROVAL_INTERRUPT.policy,
+            policy=APPROVAL_POLICY,
             executor=issue_refund,
             progress="Issuing the refund…",
         ),
@@ -322,7 +274,7 @@ def register() -> None:
                 "supervisor approves it before anything is exchanged."
             ),
             args_model=ExchangeProposalArgs,
-            policy=PLAN_INTERRUPT.policy,
+            policy=PLAN_POLICY,
             progress="Preparing an exchange plan…",
         ),
         Tool(

@@ -13,7 +13,15 @@ from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
-from approvals import chat, customer_words, decision_context, live, plan_selectors, plans, selectors
+from approvals import (
+    chat,
+    customer_words,
+    inbox,
+    live,
+    plan_selectors,
+    plans,
+    selectors,
+)
 from approvals.models import TICKET_OPEN_STATUSES, PlanDecision, TicketStatus
 from runs import commands, conversations
 from runs.models import Conversation
@@ -65,7 +73,7 @@ def inbox_plans(request):
 def _inbox_context(request) -> dict:
     # Read before the rows: a change in between is then shown, and heard again.
     seen = live.inbox_digest(request.user.pk)
-    context = decision_context.inbox_context(user=request.user, sort=request.GET.get("sort"))
+    context = inbox.inbox_context(user=request.user, sort=request.GET.get("sort"))
     return {**context, "seen": seen}
 
 

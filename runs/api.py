@@ -3,7 +3,6 @@
 from django.conf import settings
 from django.db import connection
 from django.http import StreamingHttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import renderers, status
 from rest_framework.response import Response
@@ -15,14 +14,9 @@ from agentportal.problems import Problem
 from agentportal.schema import ids_from, link, problems
 from agentportal.selectors import customer_membership_by_username
 from agentportal.serializers import IDEMPOTENCY_KEY_HEADER, idempotency_key_from
-from runs import commands, conversations, event_stream, inputs, selectors, services
+from runs import event_stream, inputs, live_hub, selectors, services
 from runs.models import AgentRun, RunStatus
 from runs.serializers import (
-    ConversationCreateSerializer,
-    ConversationSerializer,
-    MessageCreateSerializer,
-    MessagePageSerializer,
-    MessageSerializer,
     ReceiptResultSerializer,
     ReceiptSerializer,
     RunCreateSerializer,
@@ -39,9 +33,6 @@ RUN_FROM = (
     link("runs_list", 200, run_id="$response.body#/results/0/id"),
 )
 RUN_SEEN = link("runs_retrieve", 200, run_id="$response.body#/id")
-CONVERSATION_FROM = ids_from(
-    link("conversations_create", 201, conversation_id="$response.body#/id")
-)
 
 PAGE_SIZE = 50
 # The largest event sequence number a client may ask after (the column's range).
@@ -383,7 +374,7 @@ def _stream_slot(principal: Principal) -> str:
     hold every connection the web servers have."""
     limit = settings.AGENTPORTAL["MAX_EVENT_STREAMS_PER_KEY"]
     slots = Slots(
-        counter_key("streams", str(principal.api_key.pk)), limit, event_stream.STREAM_SECONDS + 10
+        counter_key("streams", str(principal.api_key.pk)), limit, live_hub.STREAM_SECONDS + 10
     )
     slot = slots.take()
     if slot is None:
@@ -392,94 +383,6 @@ def _stream_slot(principal: Principal) -> str:
             "too_many_streams",
             f"This key already has {limit} event streams open; close one, or read /events instead.",
             # A stream whose client went away is noticed at its next keep-alive line.
-            headers={"Retry-After": str(int(event_stream.KEEPALIVE_SECONDS))},
+            headers={"Retry-After": str(int(live_hub.KEEPALIVE_SECONDS))},
         )
     return slot
-
-
-# --- conversations ---------------------------------------------------------------------------
-
-
-def conversation_or_404(request, conversation_id):
-    conversation = (
-        selectors.conversations_visible_to(principal_of(request)).filter(pk=conversation_id).first()
-    )
-    if conversation is None:
-        raise Problem(404, "not_found", "No such conversation.")
-    return conversation
-
-
-class ConversationsView(APIView):
-    @extend_schema(
-        operation_id="conversations_create",
-        request=ConversationCreateSerializer,
-        responses={201: ConversationSerializer},
-        extensions=problems("too_many_open_conversations"),
-    )
-    def post(self, request):
-        principal = principal_of(request)
-        serializer = ConversationCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        customer = customer_for(principal, serializer.validated_data)
-        conversation = conversations.conversation_create(
-            merchant=principal.merchant, customer=customer
-        )
-        return Response(ConversationSerializer(conversation).data, status=status.HTTP_201_CREATED)
-
-
-class ConversationDetailView(APIView):
-    @extend_schema(
-        operation_id="conversations_retrieve",
-        responses=ConversationSerializer,
-        extensions=CONVERSATION_FROM,
-    )
-    def get(self, request, conversation_id):
-        return Response(ConversationSerializer(conversation_or_404(request, conversation_id)).data)
-
-
-class ConversationMessagesView(APIView):
-    @extend_schema(
-        operation_id="conversations_messages",
-        responses=MessagePageSerializer,
-        extensions=CONVERSATION_FROM,
-    )
-    def get(self, request, conversation_id):
-        conversation = conversation_or_404(request, conversation_id)
-        messages = selectors.conversation_messages(conversation)
-        return Response({"results": MessageSerializer(messages, many=True).data})
-
-    @extend_schema(
-        operation_id="conversations_send",
-        request=MessageCreateSerializer,
-        responses={202: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT},
-        extensions=problems(
-            "unknown_command",
-            "conversation_closed",
-            "run_finished",
-            "too_many_open_runs",
-            "too_many_queued_messages",
-        )
-        | CONVERSATION_FROM,
-    )
-    def post(self, request, conversation_id):
-        principal = principal_of(request)
-        conversation = conversation_or_404(request, conversation_id)
-        serializer = MessageCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        text = serializer.validated_data["text"]
-        executed = commands.command_execute(
-            conversation=conversation, principal=principal, text=text
-        )
-        if executed is not None:
-            command, result = executed
-            return Response({"command": command.name, "result": result})
-        if not (principal.is_customer or principal.is_service):
-            raise Problem(403, "permission_denied", "Only the customer writes to the agent.")
-        message = conversations.message_send(conversation=conversation, text=text)
-        return Response(
-            {
-                "message": {"id": message.pk, "status": message.status},
-                "run_id": str(message.run_id) if message.run_id else None,
-            },
-            status=status.HTTP_202_ACCEPTED,
-        )

@@ -7,7 +7,9 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         # The runtime's own extensions, registered like a domain's: its graph nodes, the
-        # clarification interrupt and what a conversation does when its run ends.
+        # clarification interrupt and what a conversation does when its run ends; and the
+        # sweep of the shared cache's expired entries, which the maintenance backstop runs.
+        from agentportal import counters
         from runs import conversations, extensions, inputs, nodes
         from runs.extensions import NodeKind
         from runs.models import Node
@@ -20,3 +22,4 @@ class RunsConfig(AppConfig):
         extensions.sweep_register(
             "conversations_start_waiting", conversations.conversations_start_waiting
         )
+        extensions.sweep_register("cache_expired", counters.cache_expired_delete)

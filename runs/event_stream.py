@@ -4,36 +4,28 @@ hub, and the hub reads what changed for all of them at once (in a thread of the 
 only while it reads)."""
 
 import asyncio
-import contextlib
 import json
 import logging
-import random
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import connection
-
 from runs import selectors
 from runs.deltas import delta_hub
+from runs.live_hub import (
+    KEEPALIVE,
+    KEEPALIVE_SECONDS,
+    PollingHub,
+    loop_hub,
+    sse_event,
+    sse_retry,
+    stream_deadline,
+)
 from runs.serializers import RunEventSerializer
 
 logger = logging.getLogger(__name__)
 
 TERMINAL_EVENTS = {"run.completed", "run.failed", "run.cancelled"}
-# A stream ends after at most this long (the client reconnects with Last-Event-ID), so a
-# stream the client forgot does not hold its key's slot for ever; each lasts a random part of
-# the last fifth less, so that pages opened together do not all come back at once. Reconnects
-# are the costly part of a held stream: a thousand 30 s streams took the web server's CPU
-# from a third to all of a core.
-STREAM_SECONDS = 300.0
-STREAM_JITTER = 0.2
-# A comment line this often on a quiet stream: proxies close connections that stay silent
-# (nginx after 60 s), and writing is how the server learns that a client went away.
-KEEPALIVE_SECONDS = 15.0
-KEEPALIVE = ": keep-alive\n\n"
 # How often the hub reads while streams wait, and the least time between two reads: streams
 # opened together are answered by one read.
 POLL_SECONDS = 0.5
@@ -64,7 +56,8 @@ class Subscription:
         deltas, self.deltas = self.deltas, []
         return deltas
 
-    def deliver(self, events: list[dict], finished: bool) -> None:
+    def deliver(self, news: tuple[list[dict], bool]) -> None:
+        events, finished = news
         fresh = [data for data in events if data["seq"] > self.after]
         if fresh:
             self.events += fresh
@@ -80,99 +73,32 @@ class Subscription:
         return events, self.over
 
 
-class StreamHub:
-    """The streams of one event loop (one web process) and the one task that reads for them;
-    the task ends when the last stream does."""
-
-    def __init__(self) -> None:
-        self.streams: dict[Any, set[Subscription]] = {}
-        self.wake = asyncio.Event()
-        self.reader: asyncio.Task | None = None
-        self.reads = 0
-        # The number of the read under way, and of the last one whose news was delivered: a
-        # stream knows it has had what was committed when it subscribed once a read that
-        # began after that was delivered.
-        self.read_started = 0
-        self.read_delivered = 0
-        self.failing = False
-
-    def subscribe(self, run_id: Any, after: int) -> Subscription:
-        subscription = Subscription(run_id, after)
-        self.streams.setdefault(run_id, set()).add(subscription)
-        self.wake.set()
-        if self.reader is None or self.reader.done():
-            self.reader = asyncio.get_running_loop().create_task(self._read_while_watched())
-        return subscription
-
-    def unsubscribe(self, subscription: Subscription) -> None:
-        watching = self.streams.get(subscription.run_id)
-        if watching is not None:
-            watching.discard(subscription)
-            if not watching:
-                del self.streams[subscription.run_id]
-
-    async def _read_while_watched(self) -> None:
-        read = sync_to_async(_read, thread_sensitive=False)
-        while self.streams:
-            self.wake.clear()
-            self.read_started += 1
-            this_read = self.read_started
-            cursors = {
-                run_id: min(subscription.after for subscription in watching)
-                for run_id, watching in self.streams.items()
-            }
-            try:
-                news = await read(cursors)
-            except Exception:
-                # The database is away: the streams wait (and end on time); read again later.
-                if not self.failing:
-                    logger.warning("event streams could not read; trying again", exc_info=True)
-                self.failing, news = True, {}
-            else:
-                self.failing = False
-            self.reads += 1
-            for run_id, (events, finished) in news.items():
-                for subscription in list(self.streams.get(run_id, ())):
-                    subscription.deliver(events, finished)
-            self.read_delivered = this_read
-            await asyncio.sleep(READ_GAP_SECONDS)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), POLL_SECONDS - READ_GAP_SECONDS)
+def _read(watched: dict[Any, set[Subscription]]) -> dict[Any, tuple[list[dict], bool]]:
+    """What changed for the watched runs after the earliest event any of their streams has,
+    as the streams send it."""
+    cursors = {run_id: min(s.after for s in streams) for run_id, streams in watched.items()}
+    return {
+        run_id: ([RunEventSerializer(event).data for event in events], finished)
+        for run_id, (events, finished) in selectors.runs_events_since(cursors).items()
+    }
 
 
-def _read(cursors: dict[Any, int]) -> dict[Any, tuple[list[dict], bool]]:
-    """What changed for the watched runs, as the streams send it; in a thread of the pool,
-    which gives its database connection back."""
-    try:
-        return {
-            run_id: ([RunEventSerializer(event).data for event in events], finished)
-            for run_id, (events, finished) in selectors.runs_events_since(cursors).items()
-        }
-    finally:
-        connection.close()
-
-
-_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StreamHub]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def stream_hub() -> StreamHub:
-    """The running event loop's hub."""
-    loop = asyncio.get_running_loop()
-    if loop not in _hubs:
-        _hubs[loop] = StreamHub()
-    return _hubs[loop]
+def stream_hub() -> PollingHub:
+    """The running event loop's hub of run event streams."""
+    return loop_hub(
+        "run events",
+        lambda: PollingHub(_read, every=POLL_SECONDS, gap=READ_GAP_SECONDS, name="event streams"),
+    )
 
 
 async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
     """The run's events after `after`, and a comment line when quiet for KEEPALIVE_SECONDS;
     ends after a terminal event, once the run finished, or after STREAM_SECONDS or a little
     less."""
-    ends = time.monotonic() + STREAM_SECONDS * (1 - random.uniform(0, STREAM_JITTER))
-    yield "retry: 1000\n\n"
+    ends = stream_deadline()
+    yield sse_retry(1000)
     hub = stream_hub()
-    subscription = hub.subscribe(run_id, after)
+    subscription = hub.join(run_id, Subscription(run_id, after))
     answers = delta_hub()
     so_far = answers.watch(run_id, subscription.hear)
     # Text of the answer being written (written before this stream began, or since) is sent
@@ -195,7 +121,7 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
                     continue
             events, over = subscription.take()
             for data in events:
-                yield f"id: {data['seq']}\nevent: {data['type']}\ndata: {json.dumps(data)}\n\n"
+                yield sse_event(data["type"], json.dumps(data), event_id=data["seq"])
                 if data["type"] in TERMINAL_EVENTS:
                     return
             if over:
@@ -211,11 +137,11 @@ async def run_event_stream(run_id, after: int) -> AsyncIterator[str]:
                         yield _delta(data)
     finally:
         answers.unwatch(run_id, subscription.hear)
-        hub.unsubscribe(subscription)
+        hub.leave(run_id, subscription)
 
 
 def _delta(data: dict) -> str:
-    return f"event: message.delta\ndata: {json.dumps(data)}\n\n"
+    return sse_event("message.delta", json.dumps(data))
 
 
 class ClosingStream:

@@ -18,13 +18,13 @@ replace each other's extensions.
 
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from rest_framework.fields import Field
-
     from runs.models import AgentRun
     from runs.scripted import Transcript
 
@@ -42,6 +42,10 @@ RunEvents = list[tuple[str, dict[str, Any]]]
 Script = Callable[["Transcript", set[str]], "str | tuple[str, dict[str, Any]]"]
 
 
+# The types a pending item's field may have: what every client can read from JSON.
+PENDING_FIELD_TYPES = (str, int, bool, UUID, datetime)
+
+
 @dataclass(frozen=True)
 class WaitKind:
     """Something a paused run can wait for, kept in its wait state.
@@ -49,9 +53,10 @@ class WaitKind:
     `payload`: a pydantic model of what the wait state carries for this kind (validated
     strictly whenever the state is read); None for a kind whose interrupt keeps its waits
     elsewhere and lists them with its own `pending`. `status`: the run's status while it waits.
-    `pending_fields`: the fields this kind adds to a `pending` item, as DRF fields, their
-    values read from the payload; every pending item has every kind's fields (null when not
-    its own), so that the representation is the same whatever a run waits for. `answers_inputs`:
+    `pending_fields`: the fields this kind adds to a `pending` item, by name and type (one of
+    PENDING_FIELD_TYPES; runs.serializers renders them), their values read from the payload;
+    every pending item has every kind's fields (null when not its own), so that the
+    representation is the same whatever a run waits for. `answers_inputs`:
     whether `POST /runs/{id}/inputs` answers it; `input_refusal`: what an input sent to such a
     wait is told instead.
     """
@@ -59,7 +64,7 @@ class WaitKind:
     name: str
     payload: type[BaseModel] | None
     status: str
-    pending_fields: Mapping[str, Callable[[], "Field"]] = field(default_factory=dict)
+    pending_fields: Mapping[str, type] = field(default_factory=dict)
     answers_inputs: bool = False
     input_refusal: str = "The run is not waiting for an input."
 
@@ -119,6 +124,12 @@ def interrupt_register(interrupt: Interrupt) -> None:
     for kind in interrupt.kinds:
         if kind.name in _registry.wait_kinds:
             raise ExtensionError(f"the wait kind {kind.name!r} is registered already")
+        for name, kind_type in kind.pending_fields.items():
+            if kind_type not in PENDING_FIELD_TYPES:
+                raise ExtensionError(
+                    f"the pending field {name!r} of {kind.name!r} is a {kind_type!r}, not one of"
+                    f" {', '.join(sorted(t.__name__ for t in PENDING_FIELD_TYPES))}"
+                )
     _registry.interrupts[interrupt.policy] = interrupt
     for kind in interrupt.kinds:
         _registry.wait_kinds[kind.name] = kind

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field
-from rest_framework import serializers
 
 from agentportal import errors
 from runs import services
@@ -17,8 +16,8 @@ from runs.extensions import Interrupt, WaitKind, wait_kind
 from runs.models import AgentRun, ErrorCode, Node, RunInput, RunStatus, ToolStatus
 from runs.services import Lease, StepCommit
 from runs.snapshot import SnapshotError, WaitState, interrupt_id_for, wait_parse
+from runs.step_protocol import ToolOutcome
 from runs.tools import Policy, Tool
-from runs.worker import ToolOutcome
 
 
 class Clarification(BaseModel):
@@ -33,7 +32,7 @@ CLARIFICATION = WaitKind(
     name="clarification",
     payload=Clarification,
     status=RunStatus.WAITING_USER,
-    pending_fields={"question": lambda: serializers.CharField(allow_null=True)},
+    pending_fields={"question": str},
     answers_inputs=True,
 )
 

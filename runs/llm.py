@@ -13,7 +13,6 @@ from django.conf import settings
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from runs import inflight
-from runs.extensions import DEFAULT_SCRIPT
 
 
 @dataclass(frozen=True)
@@ -230,21 +229,3 @@ def _retry_after(error: openai.RateLimitError) -> float:
     except ValueError:
         seconds = 1.0
     return min(max(seconds, 0.05), 60.0)
-
-
-def model_client_for(manifest: dict[str, Any]) -> ModelClient:
-    name = manifest.get("model", "default")
-    if name == "default":
-        name = settings.AGENTPORTAL["MODEL"]
-    if name == "openai":
-        config = settings.AGENTPORTAL
-        return OpenAIChatModel(
-            base_url=config["OPENAI_BASE_URL"],
-            api_key=config["OPENAI_API_KEY"],
-            model=config["OPENAI_MODEL"],
-            timeout=config["OPENAI_TIMEOUT_SECONDS"],
-        )
-    from runs.scripted import ScriptedModel  # it imports this module
-
-    _, _, script_name = name.partition("scripted:")
-    return ScriptedModel(script_name or DEFAULT_SCRIPT)

@@ -16,7 +16,8 @@ from agentportal.logs import about
 from agentportal.problems import pydantic_errors
 from runs import extensions, services
 from runs.deltas import DeltaPublisher
-from runs.llm import ModelError, ModelResponse, model_client_for
+from runs.llm import ModelError, ModelResponse
+from runs.model_choice import model_client_for
 from runs.models import (
     AgentRun,
     AttemptStatus,
@@ -26,7 +27,9 @@ from runs.models import (
     ToolExecution,
     ToolStatus,
 )
+from runs.releases import tools_declared
 from runs.services import Lease, StepCommit
+from runs.step_protocol import CallTimedOut, RunAbandoned, SlowCall, Step, ToolOutcome
 from runs.tools import (
     CancellationToken,
     Policy,
@@ -34,9 +37,7 @@ from runs.tools import (
     ToolCancelled,
     ToolContext,
     ToolError,
-    tools_declared,
 )
-from runs.worker import CallTimedOut, RunAbandoned, SlowCall, Step, ToolOutcome
 
 logger = logging.getLogger(__name__)
 

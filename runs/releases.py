@@ -1,5 +1,6 @@
 """Graph versions the code can execute, and the release manifest a merchant publishes."""
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -7,7 +8,7 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runs import extensions
-from runs.tools import policy_known
+from runs.tools import TOOLS, Policy, Tool, policy_known
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,23 @@ def default_limits() -> Limits:
 
 def default_manifest() -> ReleaseManifest:
     """What a merchant without a published release runs on: every registered tool."""
-    from runs.tools import TOOLS
-
     return ReleaseManifest(
         tools=[ToolDeclaration(name=name) for name in TOOLS],
         limits=default_limits(),
     )
+
+
+def tools_declared(release_snapshot: dict) -> dict[str, Tool]:
+    """The tools a run may see and execute: those its release declares that the code has, and
+    whose policy its graph version has a node or an interrupt for."""
+    graph = GRAPH_RELEASES.get(release_snapshot.get("graph_version", ""))
+    switched_off = graph.without_policies if graph is not None else frozenset()
+    declared = {}
+    for entry in release_snapshot.get("manifest", {}).get("tools", []):
+        tool = TOOLS.get(entry["name"])
+        if tool is not None and tool.policy not in switched_off:
+            policy = entry.get("policy") or tool.policy
+            if tool.policy != Policy.AUTO:
+                policy = tool.policy  # a person's decision is never configured away
+            declared[tool.name] = dataclasses.replace(tool, policy=policy)
+    return declared

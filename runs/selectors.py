@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
+from agentportal.models import Merchant
 from agentportal.principals import Principal
 from runs import extensions
 from runs.models import (
@@ -22,6 +23,7 @@ from runs.models import (
     RunInput,
     RunStatus,
 )
+from runs.services.statements import occupying_count
 
 
 def runs_visible_to(principal: Principal) -> QuerySet[AgentRun]:
@@ -269,9 +271,6 @@ QUEUE_STALLED_AFTER = timedelta(minutes=1)
 def queues_stalled(now) -> list[str]:
     """The shops whose queue has not moved for QUEUE_STALLED_AFTER although a run waits and
     they have room: no worker claimed from them in that time (workers down, or stuck)."""
-    from agentportal.models import Merchant
-    from runs.services.statements import occupying_count
-
     since = now - QUEUE_STALLED_AFTER
     waiting = AgentRun.objects.filter(
         merchant=models.OuterRef("pk"), status=RunStatus.QUEUED, updated_at__lt=since

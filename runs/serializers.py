@@ -1,3 +1,6 @@
+from datetime import datetime
+from uuid import UUID
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -9,6 +12,7 @@ from agentportal.serializers import (
     TextField,
 )
 from runs import extensions
+from runs.conversations import pending_count
 from runs.models import AgentRun, Conversation, ConversationMessage, ErrorCode, RunEvent, RunInput
 from runs.selectors import run_pending
 
@@ -16,6 +20,16 @@ from runs.selectors import run_pending
 class RunCreateSerializer(StrictSerializer):
     message = TextField(min_length=1, max_length=4000)
     account = AccountField(required=False)
+
+
+# The DRF field of each type a wait kind's pending field may have (PENDING_FIELD_TYPES).
+PENDING_FIELDS = {
+    str: serializers.CharField,
+    int: serializers.IntegerField,
+    bool: serializers.BooleanField,
+    UUID: serializers.UUIDField,
+    datetime: serializers.DateTimeField,
+}
 
 
 # A pending item: the interrupted call, and the fields the wait kinds add (runs.extensions),
@@ -32,8 +46,8 @@ class PendingSerializer(serializers.Serializer):
         fields["kind"] = serializers.ChoiceField(extensions.pending_kind_names())
         fields.update(declared)
         for kind in extensions.wait_kinds():
-            for name, make in kind.pending_fields.items():
-                fields[name] = make()
+            for name, kind_type in kind.pending_fields.items():
+                fields[name] = PENDING_FIELDS[kind_type](allow_null=True)
         return fields
 
 
@@ -117,8 +131,6 @@ class ConversationSerializer(serializers.ModelSerializer):
         fields = ["id", "status", "active_run_id", "pending_messages", "control_version"]
 
     def get_pending_messages(self, conversation: Conversation) -> int:
-        from runs.conversations import pending_count
-
         return pending_count(conversation)
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentportal import errors
+from runs.extensions import wait_kind
 
 
 class CallStatus:
@@ -160,8 +161,6 @@ class WaitState(_Strict):
 
     @model_validator(mode="after")
     def _payload_of_its_kind(self) -> "WaitState":
-        from runs.extensions import wait_kind
-
         kind = wait_kind(self.kind)
         if kind is None or kind.payload is None:
             raise ValueError(f"{self.kind!r} is not a registered wait kind with a payload")

@@ -4,6 +4,7 @@ each tool answered, who decided. The portal's call page and the admin's run page
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from runs.extensions import ExtensionError
 from runs.models import RunEvent
 from runs.tools import TOOLS
 
@@ -11,11 +12,11 @@ from runs.tools import TOOLS
 SHOWN_CHARACTERS = 240
 
 
-def _value(value) -> str:
+def value_words(value) -> str:
     if isinstance(value, dict):
         # By name: PostgreSQL's jsonb does not keep the order the keys were written in.
         return ", ".join(
-            f"{key.replace('_', ' ')} {_value(item)}" for key, item in sorted(value.items())
+            f"{key.replace('_', ' ')} {value_words(item)}" for key, item in sorted(value.items())
         )
     if isinstance(value, list):
         if all(isinstance(item, str | int | float) for item in value):
@@ -24,11 +25,11 @@ def _value(value) -> str:
     return str(value)
 
 
-def _shortened(text: str) -> str:
+def shortened(text: str) -> str:
     return text if len(text) <= SHOWN_CHARACTERS else text[: SHOWN_CHARACTERS - 1] + "…"
 
 
-def _at(value: str) -> str:
+def at_words(value: str) -> str:
     """An ISO time of an event's data, to the second in UTC."""
     parsed = datetime.fromisoformat(value) if value else None
     return parsed.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if parsed else ""
@@ -48,52 +49,9 @@ def _tool_result(data: dict) -> str:
     result = data.get("result")
     if status == "failed" and isinstance(result, dict) and result.get("error"):
         # Why it failed is the news; what else the result holds is in the admin.
-        return f"{data.get('tool', 'The tool')} failed: {_shortened(str(result['error']))}"
-    answer = f": {_shortened(_value(result))}" if result not in (None, {}, "") else ""
+        return f"{data.get('tool', 'The tool')} failed: {shortened(str(result['error']))}"
+    answer = f": {shortened(value_words(result))}" if result not in (None, {}, "") else ""
     return f"{data.get('tool', 'The tool')} {status}{answer}"
-
-
-def _approval_requested(data: dict) -> str:
-    return (
-        f"Waiting for a person to decide {data.get('tool_name')} "
-        f"({_value(data.get('tool_args') or {})}) until {_at(data.get('expires_at', ''))}"
-    )
-
-
-DECIDED = {"approve": "Approved", "revise": "Revised", "reject": "Rejected"}
-
-
-def _approval_decided(data: dict, decided_by: str | None) -> str:
-    who = decided_by or data.get("decided_by") or "someone"
-    if data.get("by_policy"):
-        who = f"the shop's policy ({data.get('decided_by')}), with no person"
-    decision = data.get("decision", "")
-    said = f"{DECIDED.get(decision, f'Decided ({decision})')} by {who}"
-    if data.get("reason"):
-        said += f": “{data['reason']}”"
-    if data.get("decision") == "revise" and data.get("tool_args"):
-        said += f"; to run with {_value(data['tool_args'])}"
-    return said
-
-
-def _approval_given(data: dict) -> str:
-    """One approval of a call that needs more: who, how many of how many, what runs."""
-    decision = data.get("decision", "")
-    said = (
-        f"{DECIDED.get(decision, f'Decided ({decision})')} by {data.get('by') or 'someone'}: "
-        f"{data.get('approvals_given')} of {data.get('required_approvals')} approvals, "
-        "waiting for another"
-    )
-    if decision == "revise" and data.get("tool_args"):
-        said += f"; to run with {_value(data['tool_args'])}"
-    return said
-
-
-def _approval_escalated(data: dict) -> str:
-    return (
-        f"Escalated: undecided since {_at(data.get('waiting_since', ''))}, "
-        f"expires {_at(data.get('expires_at', ''))}"
-    )
 
 
 SENTENCES: dict[str, Callable[[dict], str]] = {
@@ -103,14 +61,7 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
     "model.responded": _model_responded,
     "tool.started": lambda data: f"Calling {data.get('tool')}",
     "tool.result": _tool_result,
-    "approval.requested": _approval_requested,
-    "approval.approval_given": _approval_given,
-    "approval.escalated": _approval_escalated,
-    "approval.failed": lambda data: (
-        f"{data.get('tool_name')} failed when carried out: "
-        f"{_shortened(str((data.get('result') or {}).get('error', '')))}"
-    ),
-    "message.assistant": lambda data: f"Answered: “{_shortened(data.get('text', ''))}”",
+    "message.assistant": lambda data: f"Answered: “{shortened(data.get('text', ''))}”",
     "run.completed": lambda data: "Completed",
     "run.failed": lambda data: f"Failed ({data.get('error_code')}): {data.get('detail', '')}",
     "run.cancelled": lambda data: f"Cancelled: {data.get('reason') or 'no reason given'}",
@@ -119,16 +70,30 @@ SENTENCES: dict[str, Callable[[dict], str]] = {
 }
 
 
+# A domain's sentence for its own events: it gets the event's data and the name of the person
+# who decided the event's interrupt, for readers who may know (None otherwise).
+DomainSentence = Callable[[dict, str | None], str]
+_DOMAIN_SENTENCES: dict[str, DomainSentence] = {}
+
+
+def timeline_sentence_register(event_type: str, sentence: DomainSentence) -> None:
+    """Teach the timeline a domain's event type; each type is said by one app only."""
+    if event_type in SENTENCES or event_type in _DOMAIN_SENTENCES:
+        raise ExtensionError(f"the timeline says {event_type!r} already")
+    _DOMAIN_SENTENCES[event_type] = sentence
+
+
 def event_sentence(event: RunEvent, *, decided_by: dict[str, str] | None = None) -> str:
     """What the event says, in words. `decided_by` names the person who decided each
     interrupt, for readers who may know (the event itself keeps it private)."""
     data = event.data or {}
-    if event.type == "approval.decided":
-        return _approval_decided(data, (decided_by or {}).get(data.get("interrupt_id", "")))
+    domain_sentence = _DOMAIN_SENTENCES.get(event.type)
+    if domain_sentence is not None:
+        return domain_sentence(data, (decided_by or {}).get(data.get("interrupt_id", "")))
     sentence = SENTENCES.get(event.type)
     if sentence is not None:
         return sentence(data)
-    return f"{event.type}: {_shortened(_value(data))}" if data else event.type
+    return f"{event.type}: {shortened(value_words(data))}" if data else event.type
 
 
 def progress_of(event: RunEvent | None) -> str:

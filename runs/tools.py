@@ -1,6 +1,5 @@
 """The tool registry: what a tool takes, how it is allowed to run, and what runs it."""
 
-import dataclasses
 import functools
 import threading
 from collections.abc import Callable
@@ -106,21 +105,3 @@ def tool_register(tool: Tool) -> None:
     if not policy_known(tool.policy):
         raise ValueError(f"unknown policy {tool.policy!r} for {tool.name}")
     TOOLS[tool.name] = tool
-
-
-def tools_declared(release_snapshot: dict) -> dict[str, Tool]:
-    """The tools a run may see and execute: those its release declares that the code has, and
-    whose policy its graph version has a node or an interrupt for."""
-    from runs.releases import GRAPH_RELEASES
-
-    graph = GRAPH_RELEASES.get(release_snapshot.get("graph_version", ""))
-    switched_off = graph.without_policies if graph is not None else frozenset()
-    declared = {}
-    for entry in release_snapshot.get("manifest", {}).get("tools", []):
-        tool = TOOLS.get(entry["name"])
-        if tool is not None and tool.policy not in switched_off:
-            policy = entry.get("policy") or tool.policy
-            if tool.policy != Policy.AUTO:
-                policy = tool.policy  # a person's decision is never configured away
-            declared[tool.name] = dataclasses.replace(tool, policy=policy)
-    return declared

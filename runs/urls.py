@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs import api
+from runs import api, conversation_api
 
 urlpatterns = [
     path("runs", api.RunsView.as_view(), name="runs"),
@@ -14,15 +14,15 @@ urlpatterns = [
         api.RunReceiptView.as_view(),
         name="run-receipt",
     ),
-    path("conversations", api.ConversationsView.as_view(), name="conversations"),
+    path("conversations", conversation_api.ConversationsView.as_view(), name="conversations"),
     path(
         "conversations/<uuid:conversation_id>",
-        api.ConversationDetailView.as_view(),
+        conversation_api.ConversationDetailView.as_view(),
         name="conversation",
     ),
     path(
         "conversations/<uuid:conversation_id>/messages",
-        api.ConversationMessagesView.as_view(),
+        conversation_api.ConversationMessagesView.as_view(),
         name="conversation-messages",
     ),
 ]

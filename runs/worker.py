@@ -8,81 +8,36 @@ and every commit goes through runs.services.runs_step_commit, which re-checks ea
 
 import logging
 import math
-import threading
 import time
-from collections.abc import Callable, Generator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, connections
+from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
 from agentportal.logs import about
-from runs import extensions, handback, inflight, services
+from runs import extensions, handback, inflight, services, tool_threads
 from runs.models import (
     AgentRun,
     RunStatus,
 )
 from runs.services import AccessRevoked, Lease, LostRun, StepCommit
 from runs.services.statements import held_by_row
-from runs.tools import (
-    CancellationToken,
-)
+from runs.step_protocol import CallTimedOut, RunAbandoned, SlowCall, Step
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 # How often a worker process records what it holds.
 REPORT_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
-class ToolOutcome:
-    """What a tool call came to. `recorded`: its ToolExecution row was already committed
-    (by an executor that commits its side effect and the row together)."""
-
-    status: str
-    arguments: dict[str, Any]
-    result: dict[str, Any]
-    recorded: bool = False
-
-
-class RunAbandoned(Exception):
-    """The run was cancelled or lost while the worker waited on the model or a tool."""
-
-
 def _config(name: str) -> Any:
     return settings.AGENTPORTAL[name]
-
-
-@dataclass(frozen=True)
-class SlowCall:
-    """Work a step waits on (a model or a tool that blocks): the worker polls the run
-    meanwhile, so that /stop is noticed within CANCEL_POLL_SECONDS, while the other runs it
-    holds go on. A blocking function runs in one of the tool threads; with `awaited`, the
-    function returns a coroutine, awaited on the process's event loop (runs.inflight) without
-    a thread of its own."""
-
-    function: Callable[[], Any]
-    token: CancellationToken
-    # time.monotonic() past which the call is abandoned (CallTimedOut), or None.
-    deadline: float | None = None
-    awaited: bool = False
-
-
-class CallTimedOut(Exception):
-    """A slow call ran past its deadline: its token was set and its thread is no longer
-    awaited."""
-
-
-# A step is a generator: it yields each StepCommit and gets back the committed run (or the
-# exception that stopped the commit, thrown in), and yields each SlowCall and gets back its
-# result (or its exception). It returns the run.
-Step = Generator[StepCommit | SlowCall, Any, AgentRun]
 
 
 def tick() -> int:
@@ -188,7 +143,7 @@ def _batch_execute(
                     _report(holding=0)  # what it said it held is over
                 return
             # Cleared before looking, so a call that ends after the look wakes the wait below.
-            _call_ended.clear()
+            tool_threads.call_ended.clear()
             now = time.monotonic()
             for entry in batch:
                 if entry.call_done():
@@ -216,7 +171,7 @@ def _batch_execute(
             if claims is not None and claims.full:
                 continue  # fill the free slots before waiting on the calls
             if any(entry.in_call() for entry in batch):
-                _call_ended.wait(timeout=_poll_timeout(batch))
+                tool_threads.call_ended.wait(timeout=_poll_timeout(batch))
     finally:
         stranded = [entry for entry in batch if not entry.done]
         for entry in stranded:
@@ -330,9 +285,11 @@ class _RunInBatch:
         if isinstance(self.wants, SlowCall) and self.wants.awaited:
             self.future = inflight.submit(self.wants.function)
         elif isinstance(self.wants, SlowCall):
-            self.future = _pool().submit(_in_thread, self.wants.function)
+            self.future = tool_threads.tool_pool().submit(
+                tool_threads.in_thread, self.wants.function
+            )
         if self.future is not None:
-            self.future.add_done_callback(_wake)
+            self.future.add_done_callback(tool_threads.wake)
 
     def _handle_stop(self, error: Exception) -> None:
         lease = self.lease
@@ -413,37 +370,3 @@ def _abandon_lost(batch: list[_RunInBatch]) -> None:
     for entry in batch:
         if entry in lost or id(entry.lease) in expired:
             entry.abandon()
-
-
-# --- waiting on slow work ------------------------------------------------------------------
-
-# Set when any slow call ends: the worker waits on this one event, however many calls are in
-# flight (waiting on each of hundreds of futures costs as much as the calls' own work).
-_call_ended = threading.Event()
-
-
-def _wake(_future: Future) -> None:
-    _call_ended.set()
-
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            # The blocking tools' own threads: model calls never wait for one.
-            _executor = ThreadPoolExecutor(
-                max_workers=_config("TOOL_THREADS"), thread_name_prefix="agent-tool"
-            )
-        return _executor
-
-
-def _in_thread(function: Callable[[], T]) -> T:
-    try:
-        return function()
-    finally:
-        # A thread that waited on a model or a tool closes its own database connections.
-        connections.close_all()

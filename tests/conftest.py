@@ -1,4 +1,6 @@
+import asyncio
 import importlib
+import inspect
 import io
 import os
 import signal
@@ -7,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,11 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from agentportal.models import Merchant
+from approvals.models import Approval
+from runs.models import RunStatus
 from tests import factories
+from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.approvals.refund_helpers import Waiting, refund_run_waiting
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -62,6 +68,25 @@ def demo(db):
     """The documented demo data (API.md, Operations)."""
     call_command("seed_demo", stdout=io.StringIO())
     return Merchant.objects.get(slug="demo-shop")
+
+
+@pytest.fixture
+def refund_waiting(demo) -> Waiting:
+    """alice's refund of 20.00 on ORD-1003, waiting for a supervisor's decision."""
+    return refund_run_waiting()
+
+
+@pytest.fixture
+def large_refund(demo) -> Approval:
+    """alice's refund of 500.00 on ORD-9001, waiting under a policy that wants two people
+    from 200.00."""
+    policy_set(demo, two_approvers_from="200.00")
+    big_order(demo)
+    run = refund_run(demo, "500", order="ORD-9001")
+    assert run.status == RunStatus.WAITING_APPROVAL, (run.status, run.error_detail)
+    approval = approval_of(run)
+    assert approval.required_approvals == 2
+    return approval
 
 
 @pytest.fixture
@@ -222,14 +247,41 @@ def web_server(transactional_db):
         server.wait(timeout=20)
 
 
-def wait_for(predicate: Callable[[], bool], *, timeout: float = 60, interval: float = 0.1):
-    """Poll until predicate() is true; the timeout only bounds a hung test."""
+def wait_for(
+    predicate: Callable[[], bool],
+    *,
+    timeout: float = 60,
+    interval: float = 0.1,
+    message: str = "condition not met",
+):
+    """Poll until predicate() is true; the timeout only bounds a hung test, which fails
+    saying `message`."""
     ends = time.monotonic() + timeout
     while time.monotonic() < ends:
         if predicate():
             return
         time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+    raise AssertionError(f"{message} (waited {timeout}s)")
+
+
+async def wait_for_async(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    *,
+    timeout: float = 10,
+    interval: float = 0.01,
+    message: str = "condition not met",
+):
+    """wait_for inside a running event loop: the loop's other tasks run between the polls,
+    and the predicate may be a coroutine function."""
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        met = predicate()
+        if inspect.isawaitable(met):
+            met = await met
+        if met:
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError(f"{message} (waited {timeout}s)")
 
 
 class AsgiLiveServer:

@@ -10,7 +10,8 @@ from agentportal.models import Membership, Merchant, Role
 from agentportal.services import api_key_create
 from approvals.models import Order, OrderStatus, StockLevel
 from runs import services
-from runs.models import AgentRun
+from runs.models import AgentRelease, AgentRun
+from runs.releases import ReleaseManifest, ToolDeclaration, default_limits, graph_release_default
 
 _numbers = itertools.count(1)
 
@@ -82,3 +83,21 @@ def run_queue(
         payload_hash=services.request_hash({"message": message}),
     )
     return run
+
+
+def release_publish(*, merchant: Merchant, model: str, tools: list[str]) -> AgentRelease:
+    """A new published release of the shop: `model` (e.g. "scripted:voucher") with `tools`
+    declared, on the default graph version and limits."""
+    latest = AgentRelease.objects.filter(merchant=merchant).order_by("-version").first()
+    manifest = ReleaseManifest(
+        model=model, tools=[ToolDeclaration(name=name) for name in tools], limits=default_limits()
+    )
+    return services.release_save(
+        release=AgentRelease(
+            merchant=merchant,
+            version=latest.version + 1 if latest else 1,
+            graph_version=graph_release_default().version,
+            manifest=manifest.model_dump(),
+            published=True,
+        )
+    )

@@ -39,3 +39,11 @@ def open_stream(base: str, path: str, *, key: str = "", **headers) -> http.clien
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     connection.request("GET", path, headers={"Accept": "text/event-stream", **headers})
     return connection.getresponse()
+
+
+def next_event(stream: http.client.HTTPResponse) -> str:
+    """The stream's next event (or comment), whole: its lines up to the blank one."""
+    lines = []
+    while (line := stream.readline().decode()) != "\n":
+        lines.append(line)
+    return "".join(lines)

@@ -1,6 +1,7 @@
 """Racing real threads on real database connections, for the concurrency tests."""
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,11 @@ def in_threads(targets: list[Callable[[], Any]]) -> list[Any]:
     if errors:
         raise errors[0]
     return results
+
+
+def in_threads_numbered(target: Callable[[int], T], count: int) -> list[T]:
+    """target(0) ... target(count - 1), each in its own thread, as in_threads runs them."""
+    return in_threads([functools.partial(target, index) for index in range(count)])
 
 
 class Background:

@@ -14,8 +14,17 @@ COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
 PORTAL_SERVICES = ["migrate", "web", "worker"]
 
 
+# Django's settings, and each app's own (their conf modules).
+SETTINGS_MODULES = [
+    "agentportal/settings.py",
+    "agentportal/conf.py",
+    "runs/conf.py",
+    "approvals/conf.py",
+]
+
+
 def _settings_source() -> str:
-    return (ROOT / "agentportal" / "settings.py").read_text()
+    return "\n".join((ROOT / module).read_text() for module in SETTINGS_MODULES)
 
 
 @pytest.mark.parametrize("service", PORTAL_SERVICES)

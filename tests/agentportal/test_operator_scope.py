@@ -2,25 +2,18 @@
 the others. Seeing every shop is for superusers, the platform's own staff."""
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client
 
 from agentportal.models import Membership, Role
 from approvals.models import Approval
 from runs import worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
-from tests.approvals.test_approval_edges import _approved_refund_with_a_broken_snapshot
+from tests.approvals.refund_helpers import approved_refund_with_a_broken_snapshot
+from tests.pages import signed_in
 
 pytestmark = pytest.mark.django_db
 
 REFUND = "I want a refund for ORD-1003 amount 20"
-
-
-def _signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -35,7 +28,7 @@ def test_an_operator_of_one_shop_sees_nothing_of_another(demo, api, other_shop_o
     api("alice").post("/api/v1/runs", {"message": REFUND}, format="json", HTTP_IDEMPOTENCY_KEY="r")
     worker.tick()
     approval = Approval.objects.get(merchant=demo)
-    opal = _signed_in(other_shop_operator)
+    opal = signed_in(other_shop_operator)
 
     # when opal looks at the admin's runs and approvals, the inbox and the approval page
     runs = opal.get("/admin/runs/agentrun/")
@@ -54,7 +47,7 @@ def test_a_superuser_sees_every_shop(demo, api, other_shop_operator):
     api("alice").post("/api/v1/runs", {"message": REFUND}, format="json", HTTP_IDEMPOTENCY_KEY="r")
     worker.tick()
     approval = Approval.objects.get(merchant=demo)
-    admin = _signed_in(User.objects.get(username="admin"))
+    admin = signed_in("admin")
 
     page = admin.get(f"/portal/approvals/{approval.interrupt_id}/")
     runs = admin.get("/admin/runs/agentrun/")
@@ -65,7 +58,7 @@ def test_a_superuser_sees_every_shop(demo, api, other_shop_operator):
 
 def test_only_the_shops_own_operator_hands_back_its_parked_run(demo, api, other_shop_operator):
     # given a parked demo-shop run; opal is also a supervisor there, but not its operator
-    run, good = _approved_refund_with_a_broken_snapshot(demo, api)
+    run, good = approved_refund_with_a_broken_snapshot(api)
     worker.tick()
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
     Membership.objects.create(user=other_shop_operator, merchant=demo, role=Role.SUPERVISOR)
@@ -73,9 +66,9 @@ def test_only_the_shops_own_operator_hands_back_its_parked_run(demo, api, other_
     action = {"action": "unpark_selected", "_selected_action": [run.pk]}
 
     # when opal tries to hand it back, then demo-shop's own operator does
-    refused = _signed_in(other_shop_operator).post("/admin/runs/agentrun/", action, follow=True)
+    refused = signed_in(other_shop_operator).post("/admin/runs/agentrun/", action, follow=True)
     still_parked = AgentRun.objects.get(pk=run.pk).status
-    _signed_in(demo_operator).post("/admin/runs/agentrun/", action, follow=True)
+    signed_in(demo_operator).post("/admin/runs/agentrun/", action, follow=True)
 
     # then opal was told it is not hers to repair, and only otto's hand counted
     assert still_parked == RunStatus.PARKED

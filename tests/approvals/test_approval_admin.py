@@ -9,21 +9,8 @@ from agentportal.services import membership_revoke
 from approvals.models import Approval, ApprovalStatus
 from runs import worker
 from tests import factories
-
-REFUND = "I want a refund for ORD-1003 amount 20"
-
-
-def _pending(demo, message=REFUND) -> Approval:
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(customer=alice, merchant=demo, message=message)
-    worker.tick()
-    return Approval.objects.get(run=run)
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
+from tests.approvals.refund_helpers import refund_run_waiting
+from tests.pages import signed_in
 
 
 def _act(client: Client, approval: Approval, action: str, reason: str = ""):
@@ -36,7 +23,7 @@ def _act(client: Client, approval: Approval, action: str, reason: str = ""):
 
 def test_supervisor_sees_only_their_shops_approvals(demo):
     # given: a pending call in each shop
-    ours = _pending(demo)
+    ours = refund_run_waiting().approval
     other = Merchant.objects.get(slug="other-shop")
     olga = User.objects.get(username="olga")
     factories.run_queue(customer=olga, merchant=other, message="refund ORD-9001 amount 5")
@@ -44,13 +31,13 @@ def test_supervisor_sees_only_their_shops_approvals(demo):
     theirs = Approval.objects.get(merchant=other)
 
     # when
-    page = _signed_in("sam").get("/admin/approvals/approval/")
+    page = signed_in("sam").get("/admin/approvals/approval/")
 
     # then
     assert page.status_code == 200
     assert ours.interrupt_id in page.text
     assert theirs.interrupt_id not in page.text
-    assert _signed_in("sam").get(f"/admin/approvals/approval/{theirs.pk}/change/").status_code in (
+    assert signed_in("sam").get(f"/admin/approvals/approval/{theirs.pk}/change/").status_code in (
         302,
         404,
     )
@@ -58,8 +45,11 @@ def test_supervisor_sees_only_their_shops_approvals(demo):
 
 def test_the_admin_approves_no_money_in_bulk(demo):
     # given two refunds waiting
-    first, second = _pending(demo), _pending(demo, "I want a refund for ORD-1004 amount 30")
-    sam = _signed_in("sam")
+    first, second = (
+        refund_run_waiting().approval,
+        refund_run_waiting("I want a refund for ORD-1004 amount 30").approval,
+    )
+    sam = signed_in("sam")
 
     # when sam looks for a bulk approve, and sends one anyway
     listing = sam.get("/admin/approvals/approval/").text
@@ -80,10 +70,10 @@ def test_the_admin_approves_no_money_in_bulk(demo):
 
 
 def test_reject_action_reports_who_decided_first(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
 
-    first = _act(_signed_in("sam"), approval, "reject_selected", reason="order too old")
-    second = _act(_signed_in("sue"), approval, "reject_selected", reason="too old")
+    first = _act(signed_in("sam"), approval, "reject_selected", reason="order too old")
+    second = _act(signed_in("sue"), approval, "reject_selected", reason="too old")
 
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.REJECTED
@@ -93,23 +83,23 @@ def test_reject_action_reports_who_decided_first(demo):
 
 
 def test_reject_action_needs_a_reason(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
 
-    refused = _act(_signed_in("sam"), approval, "reject_selected")
+    refused = _act(signed_in("sam"), approval, "reject_selected")
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING_APPROVAL
     assert "needs a reason" in refused.text
 
-    _act(_signed_in("sam"), approval, "reject_selected", reason="order too old")
+    _act(signed_in("sam"), approval, "reject_selected", reason="order too old")
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.REJECTED
     assert approval.reason == "order too old"
 
 
 def test_decide_page_revises_the_arguments(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     url = f"/admin/approvals/approval/{approval.pk}/decide/"
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     assert "ORD-1003" in sam.get(url).text
 
     # when: an amount the tool's schema refuses
@@ -133,8 +123,8 @@ def test_decide_page_revises_the_arguments(demo):
 
 
 def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
-    approval = _pending(demo)
-    sam = _signed_in("sam")
+    approval = refund_run_waiting().approval
+    sam = signed_in("sam")
     assert sam.get(f"/admin/approvals/approval/{approval.pk}/decide/").status_code == 200
 
     membership_revoke(membership=demo.memberships.get(user__username="sam"))
@@ -146,13 +136,13 @@ def test_revoked_supervisor_can_no_longer_decide_in_the_admin(demo):
 
 @pytest.mark.parametrize("path", ["/admin/runs/agentrun/", "/admin/approvals/approval/"])
 def test_supervisor_pages_render(demo, path):
-    _pending(demo)
-    assert _signed_in("sam").get(path).status_code == 200
+    refund_run_waiting()
+    assert signed_in("sam").get(path).status_code == 200
 
 
 def test_a_webhook_needs_a_signing_secret(demo, settings):
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
-    admin = _signed_in("admin")
+    admin = signed_in("admin")
     response = admin.post(
         f"/admin/agentportal/merchant/{demo.pk}/change/",
         {

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
-from agentportal.models import ApiKey, Membership, Merchant, Role
+from agentportal.models import ApiKey, Membership, Role
 from agentportal.problems import CONTENT_TYPE
 from agentportal.services import api_key_create, api_key_revoke, membership_revoke
 from approvals.models import Approval, ApprovalStatus, Order, Refund
@@ -29,9 +29,9 @@ from runs import worker
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus, ToolExecution, ToolStatus
 from runs.snapshot import snapshot_parse
 from tests import factories
+from tests.approvals.refund_helpers import REFUND, Waiting, refund_run_waiting
 from tests.problems import assert_problem
 
-REFUND = "I want a refund for ORD-1003 amount 20"
 APPROVALS = "/api/v1/approvals"
 APPROVAL_FIELDS = {
     "required_approvals",
@@ -59,27 +59,6 @@ PROPOSED = {"order_id": "ORD-1003", "amount": "20.00", "reason": "customer reque
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-@dataclass
-class Waiting:
-    run: AgentRun
-    approval: Approval
-
-    @property
-    def interrupt_id(self) -> str:
-        return self.approval.interrupt_id
-
-
-def refund_run_waiting(message: str = REFUND, customer: str = "alice") -> Waiting:
-    """Queue the scripted refund and let a worker take it to its approval."""
-    user = User.objects.get(username=customer)
-    shop = Merchant.objects.get(slug="demo-shop")
-    run = factories.run_queue(customer=user, merchant=shop, message=message)
-    worker.tick()
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING_APPROVAL, (run.status, run.error_code, run.error_detail)
-    return Waiting(run, Approval.objects.get(run=run))
 
 
 @dataclass(frozen=True)
@@ -117,11 +96,6 @@ RESUME, DECISION = Endpoint("resume"), Endpoint("decision")
 @pytest.fixture(params=[RESUME, DECISION], ids=lambda e: e.name)
 def endpoint(request) -> Endpoint:
     return request.param
-
-
-@pytest.fixture
-def waiting(demo) -> Waiting:
-    return refund_run_waiting()
 
 
 def error_fields(body: dict) -> list[str]:
@@ -190,52 +164,58 @@ def finish(waiting: Waiting) -> AgentRun:
 # --- 404 / 403 -----------------------------------------------------------------------------
 
 
-def test_supervisor_of_another_shop_gets_404_and_nothing_changes(waiting, api, endpoint):
+def test_supervisor_of_another_shop_gets_404_and_nothing_changes(refund_waiting, api, endpoint):
     # given
-    before = recorded(waiting)
+    before = recorded(refund_waiting)
 
     # when
     response = endpoint.post(
         api("oscar", merchant="other-shop"),
-        waiting.run.pk,
-        waiting.interrupt_id,
+        refund_waiting.run.pk,
+        refund_waiting.interrupt_id,
         decision="approve",
     )
 
     # then
     assert_problem(response, 404, endpoint.not_found_code)
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
-def test_unknown_run_or_interrupt_is_404(waiting, api, endpoint):
+def test_unknown_run_or_interrupt_is_404(refund_waiting, api, endpoint):
     sam = api("sam")
     if endpoint is RESUME:
-        response = endpoint.post(sam, uuid.uuid4(), waiting.interrupt_id, decision="approve")
+        response = endpoint.post(sam, uuid.uuid4(), refund_waiting.interrupt_id, decision="approve")
     else:
-        response = endpoint.post(sam, waiting.run.pk, "int-0000000000000000", decision="approve")
+        response = endpoint.post(
+            sam, refund_waiting.run.pk, "int-0000000000000000", decision="approve"
+        )
     assert_problem(response, 404, endpoint.not_found_code)
 
 
-def test_another_customer_gets_404_not_403(waiting, api, endpoint):
+def test_another_customer_gets_404_not_403(refund_waiting, api, endpoint):
     """API.md: runs of another customer answer 404, their existence is not revealed; the
     decision endpoint answers as resume does."""
-    before = recorded(waiting)
+    before = recorded(refund_waiting)
 
-    response = endpoint.post(api("bob"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        api("bob"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     assert response.status_code == 404, response.content
     assert response["Content-Type"].startswith(CONTENT_TYPE)
     assert response.json()["code"] in ("run_not_found", "not_found")
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
-def test_customer_may_not_decide_on_her_own_run_403(waiting, api, endpoint):
-    before = recorded(waiting)
+def test_customer_may_not_decide_on_her_own_run_403(refund_waiting, api, endpoint):
+    before = recorded(refund_waiting)
 
-    response = endpoint.post(api("alice"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        api("alice"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     assert_problem(response, 403, "permission_denied")
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
 def _sam_membership_revoked() -> None:
@@ -258,20 +238,27 @@ def _sam_deactivated() -> None:
         pytest.param(_sam_deactivated, id="user-deactivated"),
     ],
 )
-def test_supervisor_revoked_after_the_pause_can_no_longer_decide(waiting, api, endpoint, revoke):
+def test_supervisor_revoked_after_the_pause_can_no_longer_decide(
+    refund_waiting, api, endpoint, revoke
+):
     # given: sam holds a key, then loses his role while the call waits
     sam = api("sam")
-    before = recorded(waiting)
+    before = recorded(refund_waiting)
     revoke()
 
     # when
-    response = endpoint.post(sam, waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        sam, refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     # then: refused, and nothing moved
     assert response.status_code in (401, 403, 404), response.content
     assert response["Content-Type"].startswith(CONTENT_TYPE)
-    assert recorded(waiting) == before
-    assert Approval.objects.get(pk=waiting.approval.pk).status == ApprovalStatus.PENDING_APPROVAL
+    assert recorded(refund_waiting) == before
+    assert (
+        Approval.objects.get(pk=refund_waiting.approval.pk).status
+        == ApprovalStatus.PENDING_APPROVAL
+    )
     assert sam.get(APPROVALS).status_code in (401, 403)
 
 
@@ -325,17 +312,19 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize(("body", "field"), BAD_BODIES)
-def test_bad_body_is_400_validation_error_naming_the_field(waiting, api, endpoint, body, field):
+def test_bad_body_is_400_validation_error_naming_the_field(
+    refund_waiting, api, endpoint, body, field
+):
     # given
-    before = recorded(waiting)
+    before = recorded(refund_waiting)
 
     # when
-    response = endpoint.post(api("sam"), waiting.run.pk, waiting.interrupt_id, **body)
+    response = endpoint.post(api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, **body)
 
     # then
     problem = assert_problem(response, 400, "validation_error")
     assert field in error_fields(problem), problem
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
 @pytest.mark.parametrize(
@@ -343,18 +332,20 @@ def test_bad_body_is_400_validation_error_naming_the_field(waiting, api, endpoin
     ['{"decision": "approve"', "", "[1, 2]", '"approve"'],
     ids=["cut", "empty", "list", "str"],
 )
-def test_malformed_json_is_400_validation_error(waiting, api, endpoint, raw):
-    before = recorded(waiting)
+def test_malformed_json_is_400_validation_error(refund_waiting, api, endpoint, raw):
+    before = recorded(refund_waiting)
 
-    response = endpoint.post_raw(api("sam"), waiting.run.pk, waiting.interrupt_id, raw)
+    response = endpoint.post_raw(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, raw
+    )
 
     assert_problem(response, 400, "validation_error")
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
-def test_resume_without_interrupt_id_is_400(waiting, api):
+def test_resume_without_interrupt_id_is_400(refund_waiting, api):
     response = api("sam").post(
-        RESUME.url(waiting.run.pk, ""), {"decision": "approve"}, format="json"
+        RESUME.url(refund_waiting.run.pk, ""), {"decision": "approve"}, format="json"
     )
     assert "interrupt_id" in error_fields(assert_problem(response, 400, "validation_error"))
 
@@ -425,59 +416,72 @@ def tamper_snapshot(run: AgentRun, tamper) -> None:
 
 
 @pytest.mark.parametrize(("tamper", "code"), TAMPERED)
-def test_tampered_snapshot_is_422_and_nothing_changes(waiting, api, endpoint, tamper, code):
+def test_tampered_snapshot_is_422_and_nothing_changes(refund_waiting, api, endpoint, tamper, code):
     # given: the stored snapshot is not an exact v2 snapshot any more
-    tamper_snapshot(waiting.run, tamper)
-    before = recorded(waiting)
+    tamper_snapshot(refund_waiting.run, tamper)
+    before = recorded(refund_waiting)
 
     # when
-    response = endpoint.post(api("sam"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     # then
     assert_problem(response, 422, code)
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
 # --- the order of the checks (API.md resume: 404, 403, 400, 422, 409, 410, 409) -----------
 
 
-def test_customer_of_another_shop_with_a_bad_body_gets_404_first(waiting, api):
+def test_customer_of_another_shop_with_a_bad_body_gets_404_first(refund_waiting, api):
     response = RESUME.post(
-        api("olga", merchant="other-shop"), waiting.run.pk, waiting.interrupt_id, decision="x"
+        api("olga", merchant="other-shop"),
+        refund_waiting.run.pk,
+        refund_waiting.interrupt_id,
+        decision="x",
     )
     assert_problem(response, 404, "run_not_found")
 
 
-def test_customer_with_a_bad_body_gets_403_before_400(waiting, api, endpoint):
-    response = endpoint.post(api("alice"), waiting.run.pk, waiting.interrupt_id, decision="x")
+def test_customer_with_a_bad_body_gets_403_before_400(refund_waiting, api, endpoint):
+    response = endpoint.post(
+        api("alice"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="x"
+    )
     assert_problem(response, 403, "permission_denied")
 
 
-def test_bad_body_is_refused_400_before_the_snapshot_is_read(waiting, api):
-    tamper_snapshot(waiting.run, _set("version", 1))
+def test_bad_body_is_refused_400_before_the_snapshot_is_read(refund_waiting, api):
+    tamper_snapshot(refund_waiting.run, _set("version", 1))
 
-    response = RESUME.post(api("sam"), waiting.run.pk, waiting.interrupt_id, decision="reject")
+    response = RESUME.post(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="reject"
+    )
 
     assert_problem(response, 400, "validation_error")
 
 
-def test_invalid_snapshot_is_422_before_interrupt_mismatch(waiting, api):
-    tamper_snapshot(waiting.run, _set("pending_tool_call.expires_at", "soon"))
+def test_invalid_snapshot_is_422_before_interrupt_mismatch(refund_waiting, api):
+    tamper_snapshot(refund_waiting.run, _set("pending_tool_call.expires_at", "soon"))
 
-    response = RESUME.post(api("sam"), waiting.run.pk, "int-0000000000000000", decision="approve")
+    response = RESUME.post(
+        api("sam"), refund_waiting.run.pk, "int-0000000000000000", decision="approve"
+    )
 
     assert_problem(response, 422, "snapshot_invalid")
 
 
-def test_interrupt_mismatch_on_a_due_call_is_409_and_does_not_expire_it(waiting, api):
-    before = recorded(waiting)
+def test_interrupt_mismatch_on_a_due_call_is_409_and_does_not_expire_it(refund_waiting, api):
+    before = recorded(refund_waiting)
     sam = api("sam")
 
-    with time_machine.travel(waiting.approval.expires_at + timedelta(seconds=1)):
-        response = RESUME.post(sam, waiting.run.pk, "int-0000000000000000", decision="approve")
+    with time_machine.travel(refund_waiting.approval.expires_at + timedelta(seconds=1)):
+        response = RESUME.post(
+            sam, refund_waiting.run.pk, "int-0000000000000000", decision="approve"
+        )
 
     assert_problem(response, 409, "interrupt_mismatch")
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
 @pytest.mark.parametrize(
@@ -485,17 +489,21 @@ def test_interrupt_mismatch_on_a_due_call_is_409_and_does_not_expire_it(waiting,
     [None, "Bearer ap_nope_nope", "Basic c2FtOmRlbW8="],
     ids=["none", "unknown-key", "not-bearer"],
 )
-def test_missing_or_bad_credentials_are_401_with_bearer_challenge(waiting, endpoint, authorization):
+def test_missing_or_bad_credentials_are_401_with_bearer_challenge(
+    refund_waiting, endpoint, authorization
+):
     client = APIClient()
     if authorization:
         client.credentials(HTTP_AUTHORIZATION=authorization)
-    before = recorded(waiting)
+    before = recorded(refund_waiting)
 
-    response = endpoint.post(client, waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        client, refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     assert_problem(response, 401, "not_authenticated")
     assert response["WWW-Authenticate"].startswith("Bearer")
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
 @pytest.mark.parametrize(
@@ -508,21 +516,21 @@ def test_missing_or_bad_credentials_are_401_with_bearer_challenge(waiting, endpo
         ),
     ],
 )
-def test_sweeper_and_worker_leave_run_with_invalid_snapshot_to_an_operator(waiting, tamper):
+def test_sweeper_and_worker_leave_run_with_invalid_snapshot_to_an_operator(refund_waiting, tamper):
     # given: a tampered snapshot on a call that is due, and another run's call, due and sound
     sound = refund_run_waiting("I want a refund for ORD-1001 amount 10")
-    tamper_snapshot(waiting.run, tamper)
-    before = recorded(waiting)
+    tamper_snapshot(refund_waiting.run, tamper)
+    before = recorded(refund_waiting)
 
     # when
-    with time_machine.travel(waiting.approval.expires_at + timedelta(minutes=1)):
+    with time_machine.travel(refund_waiting.approval.expires_at + timedelta(minutes=1)):
         expired = approvals_expire_due()
         worker.tick()
 
     # then: the tampered one is neither expired nor failed behind anyone's back, and it does
     # not keep the sweep from expiring the sound one
     assert expired == 1
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
     assert Approval.objects.get(pk=sound.approval.pk).status == ApprovalStatus.EXPIRED
     assert AgentRun.objects.get(pk=sound.run.pk).status == RunStatus.COMPLETED
 
@@ -530,36 +538,40 @@ def test_sweeper_and_worker_leave_run_with_invalid_snapshot_to_an_operator(waiti
 # --- 409 / 410 -----------------------------------------------------------------------------
 
 
-def test_decision_for_another_interrupt_is_409_interrupt_mismatch(waiting, api, endpoint):
-    before = recorded(waiting)
+def test_decision_for_another_interrupt_is_409_interrupt_mismatch(refund_waiting, api, endpoint):
+    before = recorded(refund_waiting)
     sam = api("sam")
 
     if endpoint is RESUME:
-        response = RESUME.post(sam, waiting.run.pk, "int-0000000000000000", decision="approve")
+        response = RESUME.post(
+            sam, refund_waiting.run.pk, "int-0000000000000000", decision="approve"
+        )
     else:
         response = sam.post(
-            DECISION.url(waiting.run.pk, waiting.interrupt_id),
+            DECISION.url(refund_waiting.run.pk, refund_waiting.interrupt_id),
             {"interrupt_id": "int-0000000000000000", "decision": "approve"},
             format="json",
         )
 
     assert_problem(response, 409, "interrupt_mismatch")
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
 
-def test_decision_past_expiry_is_410_and_expires_the_call_anyway(waiting, api, endpoint):
+def test_decision_past_expiry_is_410_and_expires_the_call_anyway(refund_waiting, api, endpoint):
     # given: nobody swept the call, but it is due
     sam = api("sam")
-    with time_machine.travel(waiting.approval.expires_at + timedelta(seconds=1)):
+    with time_machine.travel(refund_waiting.approval.expires_at + timedelta(seconds=1)):
         # when
-        response = endpoint.post(sam, waiting.run.pk, waiting.interrupt_id, decision="approve")
+        response = endpoint.post(
+            sam, refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+        )
 
         # then: refused, yet the expiry was committed
         assert_problem(response, 410, "interrupt_expired")
-        approval = Approval.objects.get(pk=waiting.approval.pk)
+        approval = Approval.objects.get(pk=refund_waiting.approval.pk)
         assert approval.status == ApprovalStatus.EXPIRED
         assert approval.decided_by_id is None and approval.decision == ""
-        run = AgentRun.objects.get(pk=waiting.run.pk)
+        run = AgentRun.objects.get(pk=refund_waiting.run.pk)
         assert run.status == RunStatus.QUEUED
         assert snapshot_status(run.pk) == ApprovalStatus.EXPIRED
         types = event_types(run.pk)
@@ -568,60 +580,76 @@ def test_decision_past_expiry_is_410_and_expires_the_call_anyway(waiting, api, e
         assert sam.get(f"/api/v1/runs/{run.pk}").json()["pending"] == []
 
         # and a second try is 410 again
-        again = endpoint.post(sam, waiting.run.pk, waiting.interrupt_id, decision="approve")
+        again = endpoint.post(
+            sam, refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+        )
         assert_problem(again, 410, "interrupt_expired")
 
         # and the model tells the customer nothing was refunded
-        run = finish(waiting)
+        run = finish(refund_waiting)
     assert run.status == RunStatus.COMPLETED, (run.status, run.error_code, run.error_detail)
     assert "in time" in run.result
     assert Refund.objects.count() == 0
-    assert refund_executions(waiting).get().status == ToolStatus.FAILED
+    assert refund_executions(refund_waiting).get().status == ToolStatus.FAILED
 
 
-def test_decision_on_call_the_sweeper_expired_is_410(waiting, api, endpoint):
-    with time_machine.travel(waiting.approval.expires_at + timedelta(seconds=1)):
+def test_decision_on_call_the_sweeper_expired_is_410(refund_waiting, api, endpoint):
+    with time_machine.travel(refund_waiting.approval.expires_at + timedelta(seconds=1)):
         assert approvals_expire_due() == 1
 
-    response = endpoint.post(api("sue"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        api("sue"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     assert_problem(response, 410, "interrupt_expired")
-    assert Approval.objects.get(pk=waiting.approval.pk).status == ApprovalStatus.EXPIRED
-    assert event_types(waiting.run.pk).count("approval.expired") == 1
+    assert Approval.objects.get(pk=refund_waiting.approval.pk).status == ApprovalStatus.EXPIRED
+    assert event_types(refund_waiting.run.pk).count("approval.expired") == 1
 
 
-def test_second_decision_is_409_already_decided_naming_the_first(waiting, api, endpoint):
+def test_second_decision_is_409_already_decided_naming_the_first(refund_waiting, api, endpoint):
     # given: sam approved
-    first = endpoint.post(api("sam"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    first = endpoint.post(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
     assert first.status_code == 200, first.content
-    before = recorded(waiting)
+    before = recorded(refund_waiting)
 
     # when: sue rejects afterwards
     response = endpoint.post(
-        api("sue"), waiting.run.pk, waiting.interrupt_id, decision="reject", reason="too much"
+        api("sue"),
+        refund_waiting.run.pk,
+        refund_waiting.interrupt_id,
+        decision="reject",
+        reason="too much",
     )
 
     # then
     problem = assert_problem(response, 409, "already_decided")
-    approval = Approval.objects.get(pk=waiting.approval.pk)
+    approval = Approval.objects.get(pk=refund_waiting.approval.pk)
     assert problem["decided_by"] == "sam"
     assert problem["decision"] == "approve"
     assert parse_datetime(problem["decided_at"]) == approval.decided_at
-    assert recorded(waiting) == before
+    assert recorded(refund_waiting) == before
 
     # and after the worker executed it, still already_decided
-    assert finish(waiting).status == RunStatus.COMPLETED
-    late = endpoint.post(api("sue"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    assert finish(refund_waiting).status == RunStatus.COMPLETED
+    late = endpoint.post(
+        api("sue"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
     assert assert_problem(late, 409, "already_decided")["decided_by"] == "sam"
 
 
-def test_already_decided_problem_gives_decided_at_in_utc_with_z(waiting, api):
+def test_already_decided_problem_gives_decided_at_in_utc_with_z(refund_waiting, api):
     """API.md conventions: times are ISO 8601 UTC with Z, extension members included."""
-    first = RESUME.post(api("sam"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    first = RESUME.post(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
     assert first.status_code == 200
 
     problem = assert_problem(
-        RESUME.post(api("sue"), waiting.run.pk, waiting.interrupt_id, decision="approve"),
+        RESUME.post(
+            api("sue"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+        ),
         409,
         "already_decided",
     )
@@ -630,44 +658,51 @@ def test_already_decided_problem_gives_decided_at_in_utc_with_z(waiting, api):
     assert problem["decided_at"].endswith("Z")
 
 
-def test_decided_call_past_its_expiry_is_already_decided_not_expired(waiting, api):
+def test_decided_call_past_its_expiry_is_already_decided_not_expired(refund_waiting, api):
     assert (
         RESUME.post(
-            api("sam"), waiting.run.pk, waiting.interrupt_id, decision="approve"
+            api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
         ).status_code
         == 200
     )
 
-    with time_machine.travel(waiting.approval.expires_at + timedelta(minutes=5)):
-        response = RESUME.post(api("sue"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    with time_machine.travel(refund_waiting.approval.expires_at + timedelta(minutes=5)):
+        response = RESUME.post(
+            api("sue"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+        )
         assert approvals_expire_due() == 0
 
     assert_problem(response, 409, "already_decided")
-    assert Approval.objects.get(pk=waiting.approval.pk).status == ApprovalStatus.APPROVED_EXECUTING
+    assert (
+        Approval.objects.get(pk=refund_waiting.approval.pk).status
+        == ApprovalStatus.APPROVED_EXECUTING
+    )
 
 
-def test_decision_after_cancel_is_409_run_finished(waiting, api, endpoint):
+def test_decision_after_cancel_is_409_run_finished(refund_waiting, api, endpoint):
     # given: sam cancels the waiting run
     sam = api("sam")
-    cancelled = sam.post(f"/api/v1/runs/{waiting.run.pk}/cancel")
+    cancelled = sam.post(f"/api/v1/runs/{refund_waiting.run.pk}/cancel")
     assert cancelled.status_code == 200, cancelled.content
     assert cancelled.json()["status"] == "CANCELLED"
     assert cancelled.json()["pending"] == []
 
     # then: the call is closed with its run
-    assert Approval.objects.get(pk=waiting.approval.pk).status == ApprovalStatus.CANCELLED
-    assert snapshot_status(waiting.run.pk) == ApprovalStatus.CANCELLED
-    before = recorded(waiting)
+    assert Approval.objects.get(pk=refund_waiting.approval.pk).status == ApprovalStatus.CANCELLED
+    assert snapshot_status(refund_waiting.run.pk) == ApprovalStatus.CANCELLED
+    before = recorded(refund_waiting)
 
     # when
-    response = endpoint.post(sam, waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        sam, refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     # then
     assert_problem(response, 409, "run_finished")
-    assert recorded(waiting) == before
-    assert_problem(sam.post(f"/api/v1/runs/{waiting.run.pk}/cancel"), 409, "run_finished")
+    assert recorded(refund_waiting) == before
+    assert_problem(sam.post(f"/api/v1/runs/{refund_waiting.run.pk}/cancel"), 409, "run_finished")
     listed = sam.get(APPROVALS, {"status": "PENDING_APPROVAL"}).json()["results"]
-    assert waiting.interrupt_id not in [a["interrupt_id"] for a in listed]
+    assert refund_waiting.interrupt_id not in [a["interrupt_id"] for a in listed]
     assert worker.tick() == 0
     assert Refund.objects.count() == 0
 
@@ -675,15 +710,17 @@ def test_decision_after_cancel_is_409_run_finished(waiting, api, endpoint):
 # --- decisions that succeed ----------------------------------------------------------------
 
 
-def test_approve_requeues_run_and_worker_refunds_once(waiting, api, endpoint):
+def test_approve_requeues_run_and_worker_refunds_once(refund_waiting, api, endpoint):
     # when
-    response = endpoint.post(api("sam"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = endpoint.post(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     # then: the answer
     assert response.status_code == 200, response.content
     body = response.json()
     assert set(body) == {"run", "approval"}
-    assert body["run"]["id"] == str(waiting.run.pk)
+    assert body["run"]["id"] == str(refund_waiting.run.pk)
     assert body["run"]["status"] == "QUEUED"
     assert body["run"]["pending"] == []
     approval = body["approval"]
@@ -696,20 +733,20 @@ def test_approve_requeues_run_and_worker_refunds_once(waiting, api, endpoint):
     assert approval["executed_args"] is None
 
     # when: a worker continues the run
-    run = finish(waiting)
+    run = finish(refund_waiting)
 
     # then
     assert run.status == RunStatus.COMPLETED, (run.status, run.error_code, run.error_detail)
     assert "Done: a refund of 20.00" in run.result
     refund = Refund.objects.get()
     assert refund.amount == Decimal("20.00")
-    assert refund.idempotency_key == waiting.approval.tool_execution_key
+    assert refund.idempotency_key == refund_waiting.approval.tool_execution_key
     assert Order.objects.get(number="ORD-1003").refunded == Decimal("20.00")
-    approval = Approval.objects.get(pk=waiting.approval.pk)
+    approval = Approval.objects.get(pk=refund_waiting.approval.pk)
     assert approval.status == ApprovalStatus.EXECUTED
     assert approval.executed_args == approval.approved_args == approval.proposed_args
     assert snapshot_status(run.pk) == ApprovalStatus.EXECUTED
-    execution = refund_executions(waiting).get()
+    execution = refund_executions(refund_waiting).get()
     assert execution.status == ToolStatus.SUCCEEDED
     assert execution.args == approval.approved_args
     assert event_types(run.pk).count("approval.decided") == 1
@@ -717,31 +754,37 @@ def test_approve_requeues_run_and_worker_refunds_once(waiting, api, endpoint):
     assert Refund.objects.count() == 1
 
 
-def test_service_key_decision_is_recorded_as_the_service(waiting, api):
-    response = RESUME.post(api(), waiting.run.pk, waiting.interrupt_id, decision="approve")
+def test_service_key_decision_is_recorded_as_the_service(refund_waiting, api):
+    response = RESUME.post(
+        api(), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
 
     assert response.status_code == 200, response.content
     assert response.json()["approval"]["decided_by"] == "service:demo-shop"
-    approval = Approval.objects.get(pk=waiting.approval.pk)
+    approval = Approval.objects.get(pk=refund_waiting.approval.pk)
     assert approval.decided_by_id is None and approval.decided_by_key_id is not None
-    assert finish(waiting).status == RunStatus.COMPLETED
+    assert finish(refund_waiting).status == RunStatus.COMPLETED
     assert Refund.objects.count() == 1
 
 
-def test_revise_executes_exactly_the_revised_arguments(waiting, api, endpoint):
+def test_revise_executes_exactly_the_revised_arguments(refund_waiting, api, endpoint):
     revised = {"order_id": "ORD-1003", "amount": "15.00", "reason": "partial refund"}
 
     response = endpoint.post(
-        api("sue"), waiting.run.pk, waiting.interrupt_id, decision="revise", tool_args=revised
+        api("sue"),
+        refund_waiting.run.pk,
+        refund_waiting.interrupt_id,
+        decision="revise",
+        tool_args=revised,
     )
     assert response.status_code == 200, response.content
     assert response.json()["approval"]["approved_args"] == revised
     assert response.json()["approval"]["proposed_args"] == PROPOSED
-    run = finish(waiting)
+    run = finish(refund_waiting)
 
     assert run.status == RunStatus.COMPLETED, (run.status, run.error_code, run.error_detail)
     assert "15.00" in run.result
-    approval = Approval.objects.get(pk=waiting.approval.pk)
+    approval = Approval.objects.get(pk=refund_waiting.approval.pk)
     assert approval.status == ApprovalStatus.EXECUTED
     assert approval.decision == "revise"
     assert approval.executed_args == approval.approved_args == revised
@@ -749,71 +792,86 @@ def test_revise_executes_exactly_the_revised_arguments(waiting, api, endpoint):
     assert approval.proposed_args == PROPOSED
     refund = Refund.objects.get()
     assert (refund.amount, refund.reason) == (Decimal("15.00"), "partial refund")
-    assert refund_executions(waiting).get().args == revised
+    assert refund_executions(refund_waiting).get().args == revised
     decided = RunEvent.objects.get(run=run, type="approval.decided").data
     assert decided["decision"] == "revise" and decided["tool_args"] == revised
 
 
-def test_revise_to_another_customers_order_is_refused_before_anything_is_recorded(waiting, api):
+def test_revise_to_another_customers_order_is_refused_before_anything_is_recorded(
+    refund_waiting, api
+):
     # given: a supervisor edits the order to one of bob's
     revised = {"order_id": "ORD-2001", "amount": "20.00", "reason": "customer request"}
     response = RESUME.post(
-        api("sam"), waiting.run.pk, waiting.interrupt_id, decision="revise", tool_args=revised
+        api("sam"),
+        refund_waiting.run.pk,
+        refund_waiting.interrupt_id,
+        decision="revise",
+        tool_args=revised,
     )
 
     # then: 400 beside the order; the call still waits and nothing moves
     assert response.status_code == 400, response.content
     assert [error["field"] for error in response.json()["errors"]] == ["tool_args.order_id"]
-    assert Approval.objects.get(pk=waiting.approval.pk).status == ApprovalStatus.PENDING_APPROVAL
+    assert (
+        Approval.objects.get(pk=refund_waiting.approval.pk).status
+        == ApprovalStatus.PENDING_APPROVAL
+    )
     assert Refund.objects.count() == 0
     assert Order.objects.get(number="ORD-2001").refunded == Decimal("0.00")
 
 
-def test_reject_reason_reaches_the_customer(waiting, api, endpoint):
+def test_reject_reason_reaches_the_customer(refund_waiting, api, endpoint):
     reason = "Refunds of T-shirts need the receipt"
 
     response = endpoint.post(
-        api("sam"), waiting.run.pk, waiting.interrupt_id, decision="reject", reason=reason
+        api("sam"),
+        refund_waiting.run.pk,
+        refund_waiting.interrupt_id,
+        decision="reject",
+        reason=reason,
     )
     assert response.status_code == 200, response.content
     assert response.json()["approval"]["status"] == "REJECTED"
     assert response.json()["approval"]["reason"] == reason
     assert response.json()["approval"]["approved_args"] is None
-    run = finish(waiting)
+    run = finish(refund_waiting)
 
     assert run.status == RunStatus.COMPLETED
     assert reason in run.result
     assert Refund.objects.count() == 0
-    assert Approval.objects.get(pk=waiting.approval.pk).status == ApprovalStatus.REJECTED
+    assert Approval.objects.get(pk=refund_waiting.approval.pk).status == ApprovalStatus.REJECTED
     assert snapshot_status(run.pk) == ApprovalStatus.REJECTED
-    execution = refund_executions(waiting).get()
+    execution = refund_executions(refund_waiting).get()
     assert execution.status == ToolStatus.FAILED
     assert execution.result["reason"] == reason
 
 
-def test_run_shows_its_pending_approval_while_waiting_and_none_after(waiting, api):
+def test_run_shows_its_pending_approval_while_waiting_and_none_after(refund_waiting, api):
     # given
     sam, alice = api("sam"), api("alice")
-    url = f"/api/v1/runs/{waiting.run.pk}"
+    url = f"/api/v1/runs/{refund_waiting.run.pk}"
 
     # then: supervisor and customer see what the run waits for
     for client in (sam, alice):
         body = client.get(url).json()
         assert body["status"] == "WAITING_APPROVAL"
         [pending] = body["pending"]
-        assert pending["interrupt_id"] == waiting.interrupt_id
+        assert pending["interrupt_id"] == refund_waiting.interrupt_id
         assert pending["kind"] == "approval"
         assert pending["tool_name"] == "issue_refund"
         assert pending["tool_args"] == PROPOSED
-        assert parse_datetime(pending["expires_at"]) == waiting.approval.expires_at
+        assert parse_datetime(pending["expires_at"]) == refund_waiting.approval.expires_at
         assert pending["expires_at"].endswith("Z")
         assert pending["ticket_id"] is None and pending["question"] is None
 
     # when / then: decided, then finished
-    decided = RESUME.post(sam, waiting.run.pk, waiting.interrupt_id, decision="approve")
+    decided = RESUME.post(
+        sam, refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
     assert decided.status_code == 200
     assert sam.get(url).json()["pending"] == []
-    finish(waiting)
+    finish(refund_waiting)
     body = alice.get(url).json()
     assert body["status"] == "COMPLETED" and body["pending"] == []
 
@@ -847,23 +905,25 @@ def _revoke_key(approval: Approval) -> None:
     ],
 )
 def test_approver_revoked_before_execution_fails_run_with_approver_revoked(
-    waiting, api, who, revoke
+    refund_waiting, api, who, revoke
 ):
     # given: approved, then the approver loses the role before a worker executes it
-    response = RESUME.post(api(who), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = RESUME.post(
+        api(who), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
     assert response.status_code == 200, response.content
-    revoke(Approval.objects.get(pk=waiting.approval.pk))
+    revoke(Approval.objects.get(pk=refund_waiting.approval.pk))
 
     # when
-    run = finish(waiting)
+    run = finish(refund_waiting)
 
     # then
     assert run.status == RunStatus.FAILED
     assert run.error_code == ErrorCode.APPROVER_REVOKED
     assert Refund.objects.count() == 0
     assert Order.objects.get(number="ORD-1003").refunded == Decimal("0.00")
-    assert not refund_executions(waiting).exists()
-    assert Approval.objects.get(pk=waiting.approval.pk).status != ApprovalStatus.EXECUTED
+    assert not refund_executions(refund_waiting).exists()
+    assert Approval.objects.get(pk=refund_waiting.approval.pk).status != ApprovalStatus.EXECUTED
     assert event_types(run.pk)[-1] == "run.failed"
 
 
@@ -889,56 +949,62 @@ def _snapshot_args_changed(waiting: Waiting) -> None:
         pytest.param(_snapshot_args_changed, id="snapshot-args"),
     ],
 )
-def test_arguments_changed_behind_the_service_fail_run_with_approval_mismatch(waiting, api, change):
+def test_arguments_changed_behind_the_service_fail_run_with_approval_mismatch(
+    refund_waiting, api, change
+):
     # given: approved, then the arguments are edited in the database behind the service
-    response = RESUME.post(api("sam"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = RESUME.post(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
     assert response.status_code == 200
-    change(waiting)
+    change(refund_waiting)
 
     # when
-    run = finish(waiting)
+    run = finish(refund_waiting)
 
     # then
     assert run.status == RunStatus.FAILED
     assert run.error_code == ErrorCode.APPROVAL_MISMATCH
     assert Refund.objects.count() == 0
     assert Order.objects.get(number="ORD-1003").refunded == Decimal("0.00")
-    assert not refund_executions(waiting).exists()
+    assert not refund_executions(refund_waiting).exists()
 
 
-def test_refund_over_what_is_left_after_approval_completes_without_refund(waiting, api):
+def test_refund_over_what_is_left_after_approval_completes_without_refund(refund_waiting, api):
     # given: approved; then the order is mostly refunded elsewhere (59.00 total, 50.00 gone)
-    response = RESUME.post(api("sam"), waiting.run.pk, waiting.interrupt_id, decision="approve")
+    response = RESUME.post(
+        api("sam"), refund_waiting.run.pk, refund_waiting.interrupt_id, decision="approve"
+    )
     assert response.status_code == 200
     Order.objects.filter(number="ORD-1003").update(refunded=Decimal("50.00"))
 
     # when
-    run = finish(waiting)
+    run = finish(refund_waiting)
 
     # then: the customer is told it did not go through; nothing was paid
     assert run.status == RunStatus.COMPLETED, (run.status, run.error_code, run.error_detail)
     assert "could not be made" in run.result
     assert Refund.objects.count() == 0
     assert Order.objects.get(number="ORD-1003").refunded == Decimal("50.00")
-    assert refund_executions(waiting).get().status == ToolStatus.FAILED
+    assert refund_executions(refund_waiting).get().status == ToolStatus.FAILED
 
 
 # --- the inbox -----------------------------------------------------------------------------
 
 
-def test_approvals_list_shows_pending_call_to_supervisors_of_its_shop_only(waiting, api):
+def test_approvals_list_shows_pending_call_to_supervisors_of_its_shop_only(refund_waiting, api):
     listed = api("sam").get(APPROVALS)
     assert listed.status_code == 200
     [approval] = listed.json()["results"]
     assert set(approval) == APPROVAL_FIELDS
-    assert approval["interrupt_id"] == waiting.interrupt_id
-    assert approval["run_id"] == str(waiting.run.pk)
+    assert approval["interrupt_id"] == refund_waiting.interrupt_id
+    assert approval["run_id"] == str(refund_waiting.run.pk)
     assert approval["status"] == "PENDING_APPROVAL"
     assert approval["proposed_args"] == PROPOSED
     assert approval["decided_by"] is None and approval["decision"] is None
     assert listed.json()["next"] is None
 
-    assert api().get(APPROVALS).json()["results"][0]["interrupt_id"] == waiting.interrupt_id
+    assert api().get(APPROVALS).json()["results"][0]["interrupt_id"] == refund_waiting.interrupt_id
     assert api("oscar", merchant="other-shop").get(APPROVALS).json()["results"] == []
     for customer in ("alice", "bob"):
         assert_problem(api(customer).get(APPROVALS), 403, "permission_denied")
@@ -1081,15 +1147,15 @@ def test_approvals_list_costs_the_same_queries_at_10_and_1000(
         )
 
 
-def test_approval_detail_for_supervisors_of_its_shop_only(waiting, api):
-    url = f"{APPROVALS}/{waiting.interrupt_id}"
+def test_approval_detail_for_supervisors_of_its_shop_only(refund_waiting, api):
+    url = f"{APPROVALS}/{refund_waiting.interrupt_id}"
 
     response = api("sam").get(url)
     assert response.status_code == 200
     assert set(response.json()) == APPROVAL_FIELDS
-    assert response.json()["interrupt_id"] == waiting.interrupt_id
+    assert response.json()["interrupt_id"] == refund_waiting.interrupt_id
     assert response.json()["status"] == "PENDING_APPROVAL"
-    assert parse_datetime(response.json()["expires_at"]) == waiting.approval.expires_at
+    assert parse_datetime(response.json()["expires_at"]) == refund_waiting.approval.expires_at
     assert response.json()["expires_at"].endswith("Z")
 
     assert api().get(url).status_code == 200

@@ -13,37 +13,21 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agentportal.models import Merchant
 from agentportal.problems import CONTENT_TYPE
 from approvals.models import Approval, ApprovalStatus, Refund
 from approvals.services import approvals_expire_due
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus, ToolExecution
 from runs.snapshot import snapshot_parse
-from tests import factories
 from tests.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REFUND = "I want a refund for ORD-1003 amount 20"
-
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def refund_run_waiting() -> tuple[AgentRun, Approval]:
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(
-        customer=alice, merchant=Merchant.objects.get(slug="demo-shop"), message=REFUND
-    )
-    worker.tick()
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING_APPROVAL, (run.status, run.error_code, run.error_detail)
-    return run, Approval.objects.get(run=run)
 
 
 def decision_body(index: int, decision: str, interrupt_id: str) -> dict[str, Any]:
@@ -86,9 +70,9 @@ MIXED = ["approve", "reject", "revise", "approve"]
     "decisions",
     [pytest.param(MIXED, id="mixed"), pytest.param(["approve"], id="approve-only")],
 )
-def test_sixteen_concurrent_decisions_have_exactly_one_winner(demo, api, decisions):
+def test_sixteen_concurrent_decisions_have_exactly_one_winner(refund_waiting, api, decisions):
     # given: a waiting refund and 16 deciders (sam, sue and a service key), each with a client
-    run, approval = refund_run_waiting()
+    run, approval = refund_waiting
     who = ["sam", "sue", None]
     racers = []
     for index in range(16):
@@ -170,11 +154,11 @@ def sleep_until(moment: float) -> None:
     ],
 )
 def test_approvals_racing_the_expiry_sweeper_either_decide_or_expire(
-    demo, api, expires_in_ms, deciders_at_ms
+    refund_waiting, api, expires_in_ms, deciders_at_ms
 ):
     # given: a waiting refund, 8 supervisors' clients and a sweeper, with the call's expiry
     # set (in the Approval and the snapshot alike) to fall in the middle of the race
-    run, approval = refund_run_waiting()
+    run, approval = refund_waiting
     url = f"/api/v1/runs/{run.pk}/resume"
     clients = [api("sam" if i % 2 else "sue") for i in range(8)]
     sweeps: list[int] = []

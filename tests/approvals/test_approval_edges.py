@@ -1,12 +1,13 @@
 """Edges of the approval flow the reviewers found: no snapshot, a broken one, a broken URL."""
 
 from django.contrib.auth.models import User
-from django.test import Client
 
-from approvals.models import Approval, WebhookDelivery
+from approvals.models import Approval, Delivery, Transport
 from runs import services, worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
+from tests.approvals.refund_helpers import approved_refund_with_a_broken_snapshot
+from tests.pages import signed_in
 
 
 def _run(demo, message):
@@ -15,27 +16,6 @@ def _run(demo, message):
     worker.tick()
     run.refresh_from_db()
     return run
-
-
-def _approved_refund_with_a_broken_snapshot(demo, api) -> tuple[AgentRun, dict]:
-    """A refund approved by sam, whose snapshot is then tampered with (version 1) before a
-    worker runs it; returns the run and its good snapshot."""
-    run = _run(demo, "I want a refund for ORD-1003 amount 20")
-    approval = Approval.objects.get(run=run)
-    api("sam").post(
-        f"/api/v1/approvals/{approval.interrupt_id}/decision",
-        {"decision": "approve"},
-        format="json",
-    )
-    good = AgentRun.objects.get(pk=run.pk).state_snapshot
-    AgentRun.objects.filter(pk=run.pk).update(state_snapshot={**good, "version": 1})
-    return run, good
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
 
 
 def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
@@ -55,7 +35,7 @@ def test_resume_of_a_run_that_never_paused_is_409_not_422(demo, api):
 
 def test_worker_parks_a_run_whose_snapshot_was_broken_and_nobody_fails_it(demo, api):
     # given: an approved refund whose snapshot is tampered before the worker runs it
-    run, _ = _approved_refund_with_a_broken_snapshot(demo, api)
+    run, _ = approved_refund_with_a_broken_snapshot(api)
 
     # when: a worker takes it, and the sweeps run
     worker.tick()
@@ -74,20 +54,20 @@ def test_a_webhook_url_with_a_bad_port_does_not_break_maintain(demo, settings):
     demo.save()
     _run(demo, "I want a refund for ORD-1003 amount 20")
 
-    from approvals import notifications
+    from approvals import outbox
 
-    assert notifications.webhooks_deliver_due() == 0
-    assert "port" in WebhookDelivery.objects.get().last_error
+    outbox.deliveries_deliver_due()
+    assert "port" in Delivery.objects.get(transport=Transport.WEBHOOK).last_error
     report = services.maintain()
     assert all(count >= 0 for count in report.values())
 
 
 def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api):
     # given: a run parked because its snapshot was broken, which an operator then repaired
-    run, good = _approved_refund_with_a_broken_snapshot(demo, api)
+    run, good = approved_refund_with_a_broken_snapshot(api)
     worker.tick()
     AgentRun.objects.filter(pk=run.pk).update(state_snapshot=good)
-    sam, admin = _signed_in("sam"), _signed_in("admin")
+    sam, admin = signed_in("sam"), signed_in("admin")
     parked = admin.get("/admin/runs/agentrun/?status__exact=PARKED")
     assert str(run.pk) in parked.text
 
@@ -114,7 +94,7 @@ def test_an_operator_hands_a_repaired_parked_run_back_and_it_completes(demo, api
 
 def test_a_supervisor_cancels_a_run_from_the_admin_and_its_call_leaves_the_inbox(demo):
     run = _run(demo, "I want a refund for ORD-1003 amount 20")
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     page = sam.post(
         "/admin/runs/agentrun/",

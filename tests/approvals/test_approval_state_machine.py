@@ -9,7 +9,6 @@ invariants of DESIGN 6.1 and 6.1.1 must hold. Each example runs in a savepoint t
 back at its end. AGENTPORTAL_MACHINE_EXAMPLES sets how many examples (200 by default).
 """
 
-import json
 import os
 import re
 from contextlib import nullcontext
@@ -42,19 +41,18 @@ from approvals.models import (
     Approval,
     ApprovalStatus,
     ApprovalVote,
-    CustomerEmail,
+    Delivery,
     Order,
     Refund,
     args_digest,
 )
 from approvals.policies import call_requirement
 from approvals.services import DecisionRequest, approval_decide, approvals_expire_due
-from runs import extensions, nodes, services, worker
+from runs import services, worker
 from runs.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
     AgentRun,
-    Node,
     RunEvent,
     RunStatus,
     ToolExecution,
@@ -64,6 +62,7 @@ from runs.snapshot import TRANSITIONS, CallStatus, snapshot_parse
 from runs.tools import TOOLS
 from tests import factories
 from tests.approvals.policy_helpers import policy_set
+from tests.approvals.refund_helpers import execute_approved_refund
 from tests.problems import refusal_problem
 from tests.runs import helpers
 
@@ -429,27 +428,9 @@ class ApprovalMachine(RuleBasedStateMachine):
             )
             for text in said:
                 assert set(MONEY_MOVED.findall(text or "")) <= paid[run.pk], (text, paid[run.pk])
-        for email in CustomerEmail.objects.filter(merchant=self.shop):
-            claimed = set(MONEY_MOVED.findall(email.body))
-            assert claimed <= set().union(*paid.values()), email.body
-
-
-def execute_approved_refund(lease) -> None:
-    """What the tools node does for an approved refund, without the step commit after it."""
-    run = lease.run
-    if run.next_node != Node.TOOLS or not run.state_snapshot:
-        return
-    if snapshot_parse(run.state_snapshot).pending_tool_call.status != CallStatus.APPROVED_EXECUTING:
-        return
-    for index, call in enumerate(run.messages[-1].get("tool_calls") or []):
-        if call["function"]["name"] != "issue_refund":
-            continue
-        tool = TOOLS["issue_refund"]
-        arguments = tool.args_model.model_validate(json.loads(call["function"]["arguments"]))
-        outcome = extensions.interrupt_for(tool.policy).pause(
-            run=run, lease=lease, tool=tool, args=arguments, key=nodes.tool_key(run, index)
-        )
-        assert isinstance(outcome, worker.ToolOutcome) and outcome.recorded
+        for email in Delivery.objects.filter(merchant=self.shop, event__startswith="customer."):
+            claimed = set(MONEY_MOVED.findall(email.payload["body"]))
+            assert claimed <= set().union(*paid.values()), email.payload["body"]
 
 
 def expected_outcome(status: str, run: AgentRun, due: bool):

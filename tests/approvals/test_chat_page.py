@@ -2,7 +2,6 @@
 person of the shop decided, the assistant's questions kept, Stop and New conversation."""
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -15,6 +14,8 @@ from approvals.models import Approval
 from runs import worker
 from runs.models import AgentRun, RunStatus
 from tests import factories
+from tests.conftest import wait_for
+from tests.pages import signed_in
 
 INTERNAL_WORDS = (
     "WAITING_APPROVAL",
@@ -29,12 +30,6 @@ INTERNAL_WORDS = (
     "size one size",
     "message(s)",
 )
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
 
 
 def _user(username: str) -> User:
@@ -76,7 +71,7 @@ def test_a_customer_lands_on_the_chat_after_signing_in_and_a_supervisor_on_the_i
 
 def test_an_answer_reads_plainly_with_its_currency(demo):
     # given alice asked about an order of headphones (one size)
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     alice.post("/portal/chat/", {"text": "What is the status of order ORD-1001?"})
 
     # when the question waits for a worker, and when it has been answered
@@ -94,7 +89,7 @@ def test_an_answer_reads_plainly_with_its_currency(demo):
 
 def test_a_refund_that_waits_says_who_decides_until_when_and_that_we_will_email(demo):
     # given alice's refund waits for a person of the shop
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     approval = _refund_waiting(alice)
 
     # when she looks at her chat
@@ -109,7 +104,7 @@ def test_a_refund_that_waits_says_who_decides_until_when_and_that_we_will_email(
 
 def test_a_revised_refund_says_what_we_refunded_instead_and_why(demo):
     # given alice's refund of 30.00, which sam approves at 25.00 with a reason
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     approval = _refund_waiting(alice)
     services.approval_decide_as_user(
         approval=approval,
@@ -134,7 +129,7 @@ def test_a_revised_refund_says_what_we_refunded_instead_and_why(demo):
 
 def test_a_declined_refund_says_so_and_why(demo):
     # given alice's refund, which sam rejects
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     approval = _refund_waiting(alice)
     services.approval_decide_as_user(
         approval=approval,
@@ -157,7 +152,7 @@ def test_a_declined_refund_says_so_and_why(demo):
 
 def test_the_assistants_question_stays_after_it_was_answered(demo):
     # given the assistant asked alice which order she means
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     alice.post("/portal/chat/", {"text": "I want my money back"})
     worker.tick()
     assert "Which order is this about?" in _chat(alice)
@@ -174,7 +169,7 @@ def test_the_assistants_question_stays_after_it_was_answered(demo):
 
 def test_status_stop_and_new_speak_plainly(demo):
     # given alice's refund waits for a person of the shop, and one more message waits behind
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     _refund_waiting(alice)
     alice.post("/portal/chat/", {"text": "And ORD-1002?"})
 
@@ -194,7 +189,7 @@ def test_status_stop_and_new_speak_plainly(demo):
 
 
 def test_the_chat_page_has_stop_and_new_conversation_buttons(demo):
-    page = _chat(_signed_in("alice"))
+    page = _chat(signed_in("alice"))
 
     assert '<input type="hidden" name="text" value="/stop">' in page
     assert '<input type="hidden" name="text" value="/new">' in page
@@ -204,7 +199,7 @@ def test_the_chat_page_has_stop_and_new_conversation_buttons(demo):
 
 def test_the_earlier_requests_say_where_each_stands(demo):
     # given one answered request and one refund waiting for the shop
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     alice.post("/portal/chat/", {"text": "What is the status of order ORD-1001?"})
     worker.tick()
     _refund_waiting(alice)
@@ -222,7 +217,7 @@ def test_the_earlier_requests_say_where_each_stands(demo):
 
 def test_a_refund_nobody_decided_in_time_says_so(demo):
     # given alice's refund that nobody decides before it expires
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     approval = _refund_waiting(alice)
 
     # when the sweep expires it and the assistant answers
@@ -240,20 +235,20 @@ def test_a_refund_nobody_decided_in_time_says_so(demo):
 def test_a_slow_step_says_what_the_assistant_is_doing(demo, settings):
     # given the warehouse takes two seconds to answer
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "STOCK_LATENCY_SECONDS": 2.0}
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     alice.post("/portal/chat/", {"text": "Is there stock of the shoes of ORD-1002 in size 43?"})
 
     # when a worker takes the request while alice's chat is open
     working = threading.Thread(target=worker.tick)
     working.start()
-    pages = []
-    while working.is_alive():
-        pages.append(_chat(alice))
-        time.sleep(0.1)
-    working.join()
 
     # then while the stock was checked, the chat said so
-    assert any("Checking warehouse stock…" in page for page in pages)
+    wait_for(
+        lambda: "Checking warehouse stock…" in _chat(alice),
+        timeout=10,
+        message="the chat never said that the stock was being checked",
+    )
+    working.join()
     answered = _chat(alice)
     assert "Checking warehouse stock…" not in answered
     assert "in stock" in answered
@@ -261,7 +256,7 @@ def test_a_slow_step_says_what_the_assistant_is_doing(demo, settings):
 
 def test_two_refunds_that_wait_together_are_both_named(demo):
     # given alice asks for two refunds in one message, and both wait for the shop
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     asked = "I want a refund for ORD-1001 amount 20 and ORD-1003 amount 30"
     alice.post("/portal/chat/", {"text": asked})
     worker.tick()
@@ -280,7 +275,7 @@ def test_two_refunds_that_wait_together_are_both_named(demo):
 
 def test_status_while_the_assistant_asks_her_says_it_waits_for_her_answer(demo):
     # given the assistant asked alice which order she means
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     alice.post("/portal/chat/", {"text": "I want my money back"})
     worker.tick()
 
@@ -304,7 +299,7 @@ def test_status_while_the_assistant_asks_her_says_it_waits_for_her_answer(demo):
 )
 def test_status_says_where_an_open_request_stands_in_a_sentence(demo, status, told):
     # given alice's request, standing at `status`
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     alice.post("/portal/chat/", {"text": "What is the status of order ORD-1001?"})
     AgentRun.objects.update(status=status)
 
@@ -317,7 +312,7 @@ def test_status_says_where_an_open_request_stands_in_a_sentence(demo, status, to
 
 def test_every_request_says_where_it_stands_in_the_customers_words(demo):
     # given one request of alice's at each status (each put there once all are asked)
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     runs = {}
     for status in RunStatus.values:
         runs[status] = factories.run_queue(
@@ -347,7 +342,7 @@ def test_every_request_says_where_it_stands_in_the_customers_words(demo):
 
 def test_an_unknown_command_lists_only_the_commands_a_customer_may_use(demo):
     # given alice in her chat
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
 
     # when she types a command that does not exist
     page = alice.post("/portal/chat/", {"text": "/reboot"}).text
@@ -360,7 +355,7 @@ def test_an_unknown_command_lists_only_the_commands_a_customer_may_use(demo):
 
 def test_a_message_over_the_limit_stays_in_the_box_with_the_error_beside_it(demo):
     # given alice typed a message one character too long
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     typed = "My order ORD-1001 " + "x" * (4001 - len("My order ORD-1001 "))
 
     # when she sends it
@@ -382,7 +377,7 @@ def test_a_message_over_the_limit_stays_in_the_box_with_the_error_beside_it(demo
 
 def test_the_warning_before_starting_over_leaves_the_box_empty(demo):
     # given alice's refund waits for a person of the shop
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     _refund_waiting(alice)
 
     # when she presses New conversation

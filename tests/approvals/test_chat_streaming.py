@@ -12,13 +12,14 @@ import time
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
 
 from approvals import live, live_answers, selectors
 from runs import conversations, worker
 from runs.deltas import delta_hub
 from runs.models import AgentRun, ConversationMessage, RunStatus
-from tests.approvals.test_live_pages import _event, _follow
+from tests.conftest import wait_for_async
+from tests.http import next_event
+from tests.pages import page_stream, signed_in
 from tests.threads import run_coroutine
 
 STATUS = "What is the status of order ORD-1001?"
@@ -44,8 +45,8 @@ class ChatStream:
 
     def __init__(self, alice: int, seen: str) -> None:
         self.chunks: list[str] = []
-        topic = live.Topic("chat", str(alice))
-        self.stream = live.page_stream(topic, user_id=alice, username="alice", seen=seen)
+        self.topic = live.Topic("chat", str(alice))
+        self.stream = live.page_stream(self.topic, user_id=alice, username="alice", seen=seen)
         self.task = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -57,21 +58,26 @@ class ChatStream:
 
     async def following(self, run_id) -> None:
         """Until the stream follows the run at the hub (its first read is done)."""
-        for _ in range(100):
-            if str(run_id) in delta_hub().watchers:
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError("the stream never followed the run")
+        await wait_for_async(
+            lambda: str(run_id) in delta_hub().watchers, message="the stream never followed the run"
+        )
+
+    async def took_all(self) -> None:
+        """Until the stream has taken all it was woken for (the text heard) and waits again."""
+        (watcher,) = live.page_hub().subscribers[self.topic]
+        await wait_for_async(
+            lambda: not watcher.ready.is_set(), message="the stream never took what it heard"
+        )
+
+    async def hears(self, *messages: dict) -> None:
+        """The hub hears the messages, and the stream takes them."""
+        for message in messages:
+            delta_hub().hear(message)
+        await self.took_all()
 
     async def close(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
-
-
-async def _heard(*messages: dict) -> None:
-    for message in messages:
-        delta_hub().hear(message)
-    await asyncio.sleep(0.05)
 
 
 # --- what the rows and the stream say --------------------------------------------------------
@@ -108,8 +114,7 @@ def test_the_chat_follows_the_run_that_may_write_and_the_message_that_shows_its_
 
 def test_the_row_of_a_message_being_answered_has_a_slot_kept_across_fetches(demo):
     # given alice asked, and a second question waits its turn
-    client = Client()
-    client.force_login(_alice())
+    client = signed_in("alice")
     client.post("/portal/chat/", {"text": STATUS})
     client.post("/portal/chat/", {"text": "And ORD-1002?"})
     first, second = ConversationMessage.objects.order_by("created_at", "pk")
@@ -131,8 +136,7 @@ def test_the_row_of_a_message_being_answered_has_a_slot_kept_across_fetches(demo
 
 def test_the_stop_button_keeps_the_page_and_says_stopped(demo):
     # given alice's question, being answered
-    client = Client()
-    client.force_login(_alice())
+    client = signed_in("alice")
     client.post("/portal/chat/", {"text": STATUS})
 
     # when she presses Stop (htmx posts it)
@@ -159,12 +163,12 @@ def test_the_stream_sends_the_text_of_the_run_being_answered_as_the_hub_hears_it
         stream = ChatStream(alice, seen)
         await stream.following(message.run_id)
         # when the hub hears her run's text, and another run's
-        await _heard(
+        await stream.hears(
             _text(message, "1.1", 1, "Order <ORD-1001>"),
             _text(other, "1.1", 1, "not hers"),
         )
-        await _heard(_text(message, "1.1", 2, " is shipped"), _text(message, "1.1", 3, "."))
-        await _heard({"run": str(message.run_id), "gen": "1.1", "done": True})
+        await stream.hears(_text(message, "1.1", 2, " is shipped"), _text(message, "1.1", 3, "."))
+        await stream.hears({"run": str(message.run_id), "gen": "1.1", "done": True})
         await stream.close()
         return stream.deltas()
 
@@ -194,9 +198,9 @@ def test_the_stream_marks_the_text_stopped_when_the_run_ends_before_its_answer(d
         stream = ChatStream(alice, seen)
         await stream.following(message.run_id)
         # when the run writes, then ends (stopped), then writes on
-        await _heard(_text(message, "1.1", 1, "Order ORD-1001"))
-        await _heard({"run": str(message.run_id), "end": True})
-        await _heard(_text(message, "1.1", 2, " is shipped."))
+        await stream.hears(_text(message, "1.1", 1, "Order ORD-1001"))
+        await stream.hears({"run": str(message.run_id), "end": True})
+        await stream.hears(_text(message, "1.1", 2, " is shipped."))
         await stream.close()
         return stream.deltas()
 
@@ -216,8 +220,8 @@ def test_another_model_call_starts_the_text_over(demo):
         stream = ChatStream(alice, seen)
         await stream.following(message.run_id)
         # when a first call writes, fails, and the second writes its own answer
-        await _heard(_text(message, "1.1", 1, "Order ORD-10"))
-        await _heard(_text(message, "1.2", 1, "Your order"))
+        await stream.hears(_text(message, "1.1", 1, "Order ORD-10"))
+        await stream.hears(_text(message, "1.2", 1, "Your order"))
         await stream.close()
         return stream.deltas()
 
@@ -235,11 +239,12 @@ def test_a_chat_opened_mid_answer_gets_the_text_so_far_then_the_rest(demo):
 
     async def scenario() -> list[str]:
         # given the hub heard the start of the answer before the page was opened
-        await _heard(_text(message, "1.1", 1, "Order"), _text(message, "1.1", 2, " ORD-1001"))
+        delta_hub().hear(_text(message, "1.1", 1, "Order"))
+        delta_hub().hear(_text(message, "1.1", 2, " ORD-1001"))
         stream = ChatStream(alice, seen)
         await stream.following(message.run_id)
-        await asyncio.sleep(0.05)
-        await _heard(_text(message, "1.1", 3, " is shipped."))
+        await stream.took_all()
+        await stream.hears(_text(message, "1.1", 3, " is shipped."))
         await stream.close()
         return stream.deltas()
 
@@ -259,12 +264,12 @@ def test_the_stream_reads_nothing_and_starts_no_thread_per_piece_of_text(demo):
         stream = ChatStream(alice, seen)
         await stream.following(message.run_id)
         reads, threads = live.page_hub().reads, threading.active_count()
-        # when two hundred pieces of text come within half a second
-        for seq in range(1, 201):
-            delta_hub().hear(_text(message, "1.1", seq, f" word{seq}"))
-            if seq % 20 == 0:
-                await asyncio.sleep(0.05)
-        await asyncio.sleep(0.05)
+        # when two hundred pieces of text come, twenty at a time, each twenty taken by the
+        # stream before the next come
+        for first in range(1, 201, 20):
+            await stream.hears(
+                *(_text(message, "1.1", seq, f" word{seq}") for seq in range(first, first + 20))
+            )
         await stream.close()
         pieces = sum(chunk.count("word") for chunk in stream.deltas())
         return pieces, live.page_hub().reads - reads, threading.active_count() - threads
@@ -299,15 +304,15 @@ def test_the_open_chat_hears_the_answer_written_by_a_worker_before_it_is_committ
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "SCRIPTED_STREAM_MS": 30}
     message = _asked(demo)
     seen = selectors.chat_digest(conversation=message.conversation)
-    stream = _follow(live_server, "alice", f"/portal/chat/live/?seen={seen}")
-    assert _event(stream) == "retry: 2000\n"
+    stream = page_stream(live_server.url, "alice", f"/portal/chat/live/?seen={seen}")
+    assert next_event(stream) == "retry: 2000\n"
 
     # when a worker answers it
     answering = threading.Thread(target=_tick)
     answering.start()
     events: list[tuple[float, str]] = []
     while not (events and events[-1][1].startswith("event: changed") and _deltas(events)):
-        events.append((time.time(), _event(stream)))
+        events.append((time.time(), next_event(stream)))
     stream.close()
     answering.join()
 

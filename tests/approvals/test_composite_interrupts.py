@@ -6,7 +6,6 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.contrib.auth.models import User
-from django.test import Client
 
 from approvals.models import Approval, ApprovalStatus, Refund
 from approvals.services import approvals_expire_due
@@ -16,6 +15,7 @@ from runs.services import run_cancel
 from runs.snapshot import snapshot_parse
 from tests import factories
 from tests.approvals.policy_helpers import big_order
+from tests.pages import signed_in
 from tests.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -212,8 +212,7 @@ def test_a_composite_snapshot_with_an_extra_field_is_refused(orders, api):
 def test_the_call_page_shows_the_calls_asked_for_together_with_their_states(orders, api):
     _, (first, second) = two_refunds_waiting(orders)
     decide(api("sue"), second.interrupt_id, "reject", reason="not this")
-    sam = Client()
-    sam.force_login(User.objects.get(username="sam"))
+    sam = signed_in("sam")
 
     page = sam.get(f"/portal/approvals/{first.interrupt_id}/").content.decode()
 
@@ -233,8 +232,7 @@ def test_the_inbox_keeps_calls_asked_for_together_next_to_each_other(orders):
         message="I want a refund for ORD-2001 amount 5.50",
     )
     worker.tick()
-    sam = Client()
-    sam.force_login(User.objects.get(username="sam"))
+    sam = signed_in("sam")
 
     # when: sam sorts the inbox by amount
     page = sam.get("/portal/?sort=amount").content.decode()

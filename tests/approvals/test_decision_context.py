@@ -7,14 +7,14 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
 from django.utils import timezone
 
 from approvals.decision_context import numbers_written, refund_warnings
 from approvals.models import Approval, Order, Proposal
 from runs import conversations, worker
-from tests import factories
 from tests.approvals.plan_helpers import command, exchange_run, ticket_of
+from tests.approvals.refund_helpers import refund_run_waiting
+from tests.pages import signed_in
 
 
 def _order(total: str, refunded: str = "0.00", number: str = "ORD-1004") -> Order:
@@ -137,27 +137,13 @@ def test_numbers_are_read_as_written_with_a_comma_or_a_point_and_not_from_order_
 # --- the approval page -------------------------------------------------------------------------
 
 
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
-
-
-def _pending(demo, message: str, customer: str = "alice") -> Approval:
-    run = factories.run_queue(
-        customer=User.objects.get(username=customer), merchant=demo, message=message
-    )
-    worker.tick()
-    return Approval.objects.get(run=run)
-
-
 @pytest.mark.django_db
 def test_the_approval_page_shows_the_order_what_is_refundable_and_the_warning(demo):
     # given a refund of 200.00 asked for on alice's 149.00 rain jacket
-    approval = _pending(demo, "I want a refund for ORD-1004 amount 200")
+    approval = refund_run_waiting("I want a refund for ORD-1004 amount 200").approval
 
     # when sam opens its page
-    page = _signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
+    page = signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
 
     # then he reads the call, the order's items and money, and the warning
     text = re.sub(r"\s+", " ", page.content.decode())
@@ -173,11 +159,11 @@ def test_the_approval_page_shows_the_order_what_is_refundable_and_the_warning(de
 @pytest.mark.django_db
 def test_the_approval_page_lists_earlier_refunds_and_says_when_nothing_looks_off(demo):
     # given a refund of 20 on ORD-1003 paid, and a second one asked for
-    first = _pending(demo, "I want a refund for ORD-1003 amount 20")
-    sam = _signed_in("sam")
+    first = refund_run_waiting("I want a refund for ORD-1003 amount 20").approval
+    sam = signed_in("sam")
     sam.post(f"/portal/approvals/{first.interrupt_id}/", {"action": "approve"})
     worker.tick()
-    second = _pending(demo, "refund ORD-1003 amount 9.50")
+    second = refund_run_waiting("refund ORD-1003 amount 9.50").approval
 
     # when sam opens the second one
     page = sam.get(f"/portal/approvals/{second.interrupt_id}/")
@@ -202,7 +188,7 @@ def test_the_page_shows_the_whole_conversation_in_order_with_the_assistants_answ
     approval = Approval.objects.get()
 
     # when sam opens the call
-    page = _signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
+    page = signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
 
     # then both her messages and the answer between them are there, in order, to the second
     text = page.content.decode()
@@ -216,12 +202,12 @@ def test_the_page_shows_the_whole_conversation_in_order_with_the_assistants_answ
 @pytest.mark.django_db
 def test_a_call_on_an_order_the_customer_does_not_have_warns(demo):
     # given alice's refund naming bob's order (a model may skip looking the order up)
-    approval = _pending(demo, "I want a refund for ORD-1003 amount 10")
+    approval = refund_run_waiting("I want a refund for ORD-1003 amount 10").approval
     Approval.objects.filter(pk=approval.pk).update(
         proposed_args={**approval.proposed_args, "order_id": "ORD-2001"}
     )
 
-    page = _signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
+    page = signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
 
     assert "ORD-2001 is not an order of this customer in this shop" in page.content.decode()
 
@@ -237,9 +223,9 @@ def _rows(page) -> list[str]:
 def three_refunds(demo) -> dict[str, Approval]:
     """Refunds of 20.00 (the oldest), 99.00 (the newest) and 30.00, waiting for sam."""
     refunds = {
-        "20": _pending(demo, "refund ORD-1003 amount 20"),
-        "99": _pending(demo, "refund ORD-2001 amount 99", customer="bob"),
-        "30": _pending(demo, "refund ORD-1004 amount 30"),
+        "20": refund_run_waiting("refund ORD-1003 amount 20").approval,
+        "99": refund_run_waiting("refund ORD-2001 amount 99", customer="bob").approval,
+        "30": refund_run_waiting("refund ORD-1004 amount 30").approval,
     }
     now = timezone.now()
     for minutes_ago, amount in ((30, "20"), (5, "99"), (10, "30")):
@@ -251,7 +237,7 @@ def three_refunds(demo) -> dict[str, Approval]:
 
 @pytest.mark.django_db
 def test_the_inbox_lists_the_oldest_call_first_and_counts_them(three_refunds):
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     page = sam.get("/portal/")
 
@@ -265,7 +251,7 @@ def test_the_inbox_lists_the_oldest_call_first_and_counts_them(three_refunds):
 
 @pytest.mark.django_db
 def test_the_inbox_sorts_by_amount_and_its_refreshed_rows_keep_that_order(three_refunds):
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
 
     page = sam.get("/portal/?sort=amount")
@@ -282,7 +268,7 @@ def test_the_inbox_sorts_by_amount_and_its_refreshed_rows_keep_that_order(three_
 def test_an_unknown_sort_is_the_default_order(three_refunds):
     ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
 
-    rows = _signed_in("sam").get("/portal/inbox/rows/?sort=nonsense")
+    rows = signed_in("sam").get("/portal/inbox/rows/?sort=nonsense")
 
     assert _rows(rows) == [ids["20"], ids["30"], ids["99"]]
 
@@ -294,7 +280,7 @@ def test_a_plan_waiting_for_review_reads_as_its_exchange_in_the_inbox(demo, api)
     command(api("alice"), ticket, "confirm")
 
     # when sam looks at his plans
-    rows = _signed_in("sam").get("/portal/inbox/plans/").content.decode()
+    rows = signed_in("sam").get("/portal/inbox/plans/").content.decode()
 
     # then the row says what is exchanged and how long it has waited
     assert Proposal.objects.get(ticket=ticket).summary in rows

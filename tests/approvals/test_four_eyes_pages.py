@@ -38,16 +38,6 @@ def _row(inbox: str, approval: Approval) -> str:
     return found.group(1)
 
 
-@pytest.fixture
-def large_refund(demo) -> Approval:
-    """A 500.00 refund waiting under a policy that wants two people from 200.00."""
-    policy_set(demo, two_approvers_from="200.00")
-    big_order(demo)
-    approval = approval_of(refund_run(demo, "500", order="ORD-9001"))
-    assert approval.required_approvals == 2
-    return approval
-
-
 def test_before_anyone_approved_the_pages_say_two_approvals_are_needed(large_refund):
     sam = signed_in("sam")
 

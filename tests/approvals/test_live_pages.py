@@ -5,23 +5,16 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
 from django.utils import timezone
 
-from approvals import escalation, live, selectors, services
+from approvals import escalation, live, presence, selectors, services
 from approvals.models import Approval, ApprovalStatus, ApprovalVote
 from runs import conversations, worker
-from tests import factories
 from tests.approvals.plan_helpers import exchange_run, ticket_of
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
-from tests.http import open_stream
-
-
-def _pending(demo) -> Approval:
-    alice = User.objects.get(username="alice")
-    factories.run_queue(customer=alice, merchant=demo, message="refund ORD-1003 amount 20")
-    worker.tick()
-    return Approval.objects.get()
+from tests.approvals.refund_helpers import refund_run_waiting
+from tests.http import next_event
+from tests.pages import page_stream
 
 
 def _state(topic: live.Topic) -> live.PageState:
@@ -32,27 +25,9 @@ def _user(username: str) -> User:
     return User.objects.get(username=username)
 
 
-def _follow(live_server, username: str | None, path: str):
-    """Open a page's stream as `username` (signed in with a session cookie), or as nobody."""
-    headers = {}
-    if username:
-        client = Client()
-        client.force_login(_user(username))
-        headers["Cookie"] = f"sessionid={client.cookies['sessionid'].value}"
-    return open_stream(live_server.url, path, **headers)
-
-
-def _event(stream) -> str:
-    """The next event (or comment) of the stream, whole."""
-    lines = []
-    while (line := stream.readline().decode()) != "\n":
-        lines.append(line)
-    return "".join(lines)
-
-
 def test_a_calls_page_changes_when_the_call_is_decided(demo):
     # given
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     topic = live.Topic("approval", str(approval.pk))
     before = _state(topic)
     assert before.digest == live.approval_digest(approval)
@@ -67,16 +42,16 @@ def test_a_calls_page_changes_when_the_call_is_decided(demo):
 
 
 def test_the_viewers_of_a_call_are_its_shops_staff_who_say_they_are_there(demo):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     topic = live.Topic("approval", str(approval.pk))
 
     # when sam, sue and a supervisor of another shop say they view the call
     for username in ("sam", "sue", "oscar"):
-        live.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
+        presence.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
 
     # then only the shop's own are named; one who left is not
     assert _state(topic).viewers == ("sam", "sue")
-    live.presence_clear(topic=topic, user_id=_user("sue").pk)
+    presence.presence_clear(topic=topic, user_id=_user("sue").pk)
     assert _state(topic).viewers == ("sam",)
 
 
@@ -181,28 +156,28 @@ def test_a_vote_or_an_escalation_changes_the_digests_even_where_updated_at_stays
     ],
 )
 def test_the_viewers_line_names_the_others(viewers, expected):
-    assert live.viewers_html(viewers, me="sam") == expected
+    assert presence.viewers_html(viewers, me="sam") == expected
 
 
 def test_the_stream_names_a_colleague_who_arrives_then_says_the_call_changed(demo, live_server):
     # given sam follows the call's page as he was shown it
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     topic = live.Topic("approval", str(approval.pk))
     seen = live.approval_digest(approval)
-    stream = _follow(
-        live_server, "sam", f"/portal/approvals/{approval.interrupt_id}/live/?seen={seen}"
+    stream = page_stream(
+        live_server.url, "sam", f"/portal/approvals/{approval.interrupt_id}/live/?seen={seen}"
     )
     assert stream.status == 200
     assert stream.getheader("Content-Type") == "text/event-stream"
-    assert _event(stream) == "retry: 2000\n"
+    assert next_event(stream) == "retry: 2000\n"
 
     # when sue opens it too, then decides it
-    live.presence_mark(topic=topic, user_id=_user("sue").pk, username="sue")
-    arrived = _event(stream)
+    presence.presence_mark(topic=topic, user_id=_user("sue").pk, username="sue")
+    arrived = next_event(stream)
     services.approval_decide_as_user(
         approval=approval, user=_user("sue"), decision="approve", reason=""
     )
-    decided = _event(stream)
+    decided = next_event(stream)
     stream.close()
 
     # then sam heard each, in that order
@@ -211,7 +186,7 @@ def test_the_stream_names_a_colleague_who_arrives_then_says_the_call_changed(dem
 
 
 def test_only_the_people_who_may_see_a_page_may_follow_it(demo, live_server):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     call = f"/portal/approvals/{approval.interrupt_id}/live/"
     no_plan = "/portal/tickets/00000000-0000-0000-0000-000000000000/live/"
     for username, path, status in [
@@ -221,7 +196,7 @@ def test_only_the_people_who_may_see_a_page_may_follow_it(demo, live_server):
         ("sam", "/portal/chat/live/", 404),
         ("alice", "/portal/inbox/live/", 404),
     ]:
-        stream = _follow(live_server, username, path)
+        stream = page_stream(live_server.url, username, path)
         assert (username, path, stream.status) == (username, path, status)
         stream.close()
 
@@ -254,13 +229,16 @@ def test_a_customer_sees_the_staff_on_her_plan_only_as_a_person_of_the_shop(demo
     ticket = ticket_of(exchange_run(demo))
     topic = live.Topic("ticket", str(ticket.pk))
     for username in ("sue", "sam", "alice"):
-        live.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
+        presence.presence_mark(topic=topic, user_id=_user(username).pk, username=username)
 
     # when alice and sam follow it
     path = f"/portal/tickets/{ticket.pk}/live/?seen={live.ticket_digest(ticket)}"
-    alice, sam = _follow(live_server, "alice", path), _follow(live_server, "sam", path)
-    assert _event(alice) == _event(sam) == "retry: 2000\n"
-    told_alice, told_sam = _event(alice), _event(sam)
+    alice, sam = (
+        page_stream(live_server.url, "alice", path),
+        page_stream(live_server.url, "sam", path),
+    )
+    assert next_event(alice) == next_event(sam) == "retry: 2000\n"
+    told_alice, told_sam = next_event(alice), next_event(sam)
     alice.close()
     sam.close()
 
@@ -284,6 +262,6 @@ def test_a_customer_sees_the_staff_on_her_plan_only_as_a_person_of_the_shop(demo
     ],
 )
 def test_the_viewers_line_a_customer_reads_names_only_the_shop(viewers, expected):
-    line = live.viewers_html(viewers, me="alice", customer_of="Demo & Co")
+    line = presence.viewers_html(viewers, me="alice", customer_of="Demo & Co")
 
     assert line == (f'<span class="viewing">{expected}</span>' if expected else "")

@@ -71,3 +71,59 @@ def test_a_refusal_stored_as_executed_becomes_failed_in_its_approval_and_its_sna
     assert statuses == {"int-paid": "EXECUTED", "int-refused": "FAILED"}
     snapshot = new.get_model("runs", "AgentRun").objects.get(pk=run.pk).state_snapshot
     assert [call["status"] for call in snapshot["pending_tool_calls"]] == ["EXECUTED", "FAILED"]
+
+
+def test_both_old_outboxes_become_one_with_their_history():
+    # given a delivered webhook and a customer email waiting for its second attempt
+    old = _migrate([("approvals", "0009_approval_failed")])
+    shop = old.get_model("agentportal", "Merchant").objects.create(slug="old", name="Old")
+    bob = old.get_model("auth", "User").objects.create(username="old-bob", email="bob@shop.test")
+    sent_at = timezone.now() - timezone.timedelta(days=2)
+    old.get_model("approvals", "WebhookDelivery").objects.create(
+        merchant=shop,
+        event="approval.requested",
+        payload={"event": "approval.requested", "interrupt_id": "int-1"},
+        url="https://hooks.shop.test/in",
+        status="DELIVERED",
+        attempts=1,
+        next_attempt_at=sent_at,
+        delivered_at=sent_at,
+    )
+    old.get_model("approvals", "CustomerEmail").objects.create(
+        merchant=shop,
+        recipient=bob,
+        key="decision:int-1",
+        subject="Old Shop approved your refund",
+        body="Hello old-bob",
+        status="PENDING",
+        attempts=1,
+        next_attempt_at=sent_at,
+        last_error="OSError: mail server down",
+    )
+
+    # when the project is migrated to its latest state
+    new = _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    # then each is a delivery of the one outbox, as it was
+    rows = new.get_model("approvals", "Delivery").objects.order_by("transport")
+    assert [
+        (d.transport, d.event, d.key, d.recipient, d.status, d.attempts, d.last_error) for d in rows
+    ] == [
+        (
+            "email",
+            "customer.decision",
+            "decision:int-1",
+            "bob@shop.test",
+            "PENDING",
+            1,
+            "OSError: mail server down",
+        ),
+        ("webhook", "approval.requested", None, "https://hooks.shop.test/in", "DELIVERED", 1, ""),
+    ]
+    email, webhook = rows
+    assert (email.subject, email.payload) == (
+        "Old Shop approved your refund",
+        {"body": "Hello old-bob"},
+    )
+    assert webhook.payload == {"event": "approval.requested", "interrupt_id": "int-1"}
+    assert webhook.delivered_at == sent_at

@@ -8,7 +8,6 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
 from django.utils import timezone
 
 from agentportal.models import Merchant, Role
@@ -17,6 +16,7 @@ from approvals.models import Approval, ApprovalPolicy, ApprovalPolicyVersion
 from approvals.services import approval_decide_as_user
 from tests import factories
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.pages import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -29,12 +29,6 @@ RULES = {
     "escalate_to_operators": "on",
     "escalate_to_email": "",
 }
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

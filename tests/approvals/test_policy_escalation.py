@@ -10,24 +10,19 @@ import time_machine
 from django_q.models import Schedule
 
 from agentportal.models import Role
-from approvals import escalation, notifications, tasks
-from approvals.models import Approval, WebhookDelivery
+from approvals import escalation, outbox, tasks
+from approvals.models import Approval, Delivery, DeliveryStatus, Transport
 from runs.models import RunEvent, RunStatus
 from tests import factories
 from tests.approvals.policy_helpers import approval_of, policy_set, refund_run
-from tests.approvals.test_webhooks import SECRET, Receiver
+from tests.approvals.webhook_helpers import SECRET
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def hook(demo, settings):
-    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "WEBHOOK_ALLOW_PRIVATE": True}
-    receiver = Receiver()
-    demo.webhook_url, demo.webhook_secret = receiver.url, SECRET
-    demo.save()
-    yield receiver
-    receiver.close()
+def hook(receiver):
+    return receiver()
 
 
 @pytest.fixture
@@ -40,7 +35,7 @@ def waiting(demo, hook):
     policy_set(demo, escalate_after_seconds=600, escalate_to_email="duty@example.com")
     run = refund_run(demo, "20")
     assert run.status == RunStatus.WAITING_APPROVAL
-    WebhookDelivery.objects.all().delete()  # the approval.requested announcement
+    Delivery.objects.all().delete()  # the approval.requested announcements
     return run, approval_of(run)
 
 
@@ -77,19 +72,18 @@ def test_an_undecided_call_is_escalated_once_after_the_configured_time(waiting, 
         fired = tasks.escalate(approval.interrupt_id)
         swept = escalation.approvals_escalate_due()
         again = tasks.escalate(approval.interrupt_id)
-        delivered = notifications.webhooks_deliver_due()
+        outbox.deliveries_deliver_due()
 
     # then: escalated exactly once: one event, one email, one signed webhook
     assert (fired, swept, again) == (True, 0, False)
     assert escalations(run) == 1
     approval.refresh_from_db()
     assert approval.escalated_at is not None
-    [email] = [m for m in mailoutbox if m.subject.startswith("Escalated")]
-    assert sorted(email.to) == ["duty@example.com", "olivia@example.com"]
-    assert approval.interrupt_id in email.body
-    [delivery] = WebhookDelivery.objects.all()
-    assert delivery.event == "approval.escalated"
-    assert delivered == 1
+    emails = [m for m in mailoutbox if m.subject.startswith("Escalated")]
+    assert sorted(email.to for email in emails) == [["duty@example.com"], ["olivia@example.com"]]
+    assert all(approval.interrupt_id in email.body for email in emails)
+    [delivery] = Delivery.objects.filter(transport=Transport.WEBHOOK)
+    assert (delivery.event, delivery.status) == ("approval.escalated", DeliveryStatus.DELIVERED)
     [(headers, body)] = hook.requests
     assert headers["X-AgentPortal-Event"] == "approval.escalated"
     expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
@@ -129,7 +123,7 @@ def test_a_call_decided_in_time_is_never_escalated(waiting, api, mailoutbox):
     assert (fired, swept) == (False, 0)
     assert escalations(run) == 0
     assert Approval.objects.get(pk=approval.pk).escalated_at is None
-    assert not WebhookDelivery.objects.filter(event="approval.escalated").exists()
+    assert not Delivery.objects.filter(event="approval.escalated").exists()
     assert not [m for m in mailoutbox if m.subject.startswith("Escalated")]
 
 

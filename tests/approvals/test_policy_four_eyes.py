@@ -7,7 +7,7 @@ import pytest
 from approvals.models import ApprovalStatus, ApprovalVote, Refund
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus
-from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run, seen
+from tests.approvals.policy_helpers import approval_of, policy_set, refund_run, seen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,18 +24,8 @@ def decide(client, run, approval, decision="approve", **body):
     )
 
 
-@pytest.fixture
-def large_refund(demo):
-    """A 500.00 refund waiting under a policy that wants two people from 200.00."""
-    policy_set(demo, two_approvers_from="200.00")
-    big_order(demo)
-    run = refund_run(demo, "500", order="ORD-9001")
-    assert run.status == RunStatus.WAITING_APPROVAL
-    return run, approval_of(run)
-
-
 def test_two_different_supervisors_execute_it_once(large_refund, api):
-    run, approval = large_refund
+    run, approval = large_refund.run, large_refund
     assert approval.required_approvals == 2
 
     # when: sam approves
@@ -78,7 +68,7 @@ def test_two_different_supervisors_execute_it_once(large_refund, api):
 
 
 def test_a_revise_resets_the_count_and_the_second_person_approves_the_revision(large_refund, api):
-    run, approval = large_refund
+    run, approval = large_refund.run, large_refund
     revised = {"order_id": "ORD-9001", "amount": "350.00", "reason": "partly used"}
 
     # when: sam revises, then approves his own revision
@@ -109,7 +99,7 @@ def test_a_revise_resets_the_count_and_the_second_person_approves_the_revision(l
 
 
 def test_a_revise_after_a_first_approval_needs_another_approval_of_the_revision(large_refund, api):
-    run, approval = large_refund
+    run, approval = large_refund.run, large_refund
     revised = {"order_id": "ORD-9001", "amount": "300.00", "reason": "partly used"}
 
     # when: sam approves the model's arguments, then sue revises them
@@ -132,7 +122,7 @@ def test_a_revise_after_a_first_approval_needs_another_approval_of_the_revision(
 
 
 def test_a_reject_by_the_second_person_ends_it(large_refund, api):
-    run, approval = large_refund
+    run, approval = large_refund.run, large_refund
 
     decide(api("sam"), run, approval)
     rejected = decide(api("sue"), run, approval, "reject", reason="too much")
@@ -159,7 +149,7 @@ def test_a_refund_under_the_threshold_needs_one_person(demo, api):
 
 
 def test_a_policy_change_does_not_change_what_a_pending_call_needs(large_refund, api, demo):
-    run, approval = large_refund
+    run, approval = large_refund.run, large_refund
 
     # when: the shop raises the threshold above the pending amount
     policy = policy_set(demo, two_approvers_from="1000.00")

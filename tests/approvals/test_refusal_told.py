@@ -14,7 +14,7 @@ from approvals.models import Approval, ApprovalStatus, Order, Refund
 from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunStatus, ToolExecution, ToolStatus
 from runs.snapshot import snapshot_parse
-from tests.approvals.test_approval_state_machine import execute_approved_refund
+from tests.approvals.refund_helpers import execute_approved_refund
 from tests.pages import page_text, signed_in
 from tests.runs.helpers import run_claim
 
@@ -52,7 +52,7 @@ def refused(demo, api, django_capture_on_commit_callbacks) -> Approval:
         )
         assert response.status_code == 200, response.content
         worker.tick()
-    tasks.send_customer_emails()
+    tasks.deliver()
     return Approval.objects.get(pk=approval.pk)
 
 
@@ -99,17 +99,18 @@ def test_the_chat_answer_and_the_email_tell_the_refusal_and_no_refund(refused, m
     assert REFUSAL in page
     assert "refunded" not in run.result + page
     # the last email says the same as the chat, and no email says money moved
-    assert [email.to for email in mailoutbox] == [["bob@example.com"]] * 2
-    told = mailoutbox[-1]
+    to_bob = [email for email in mailoutbox if email.to == ["bob@example.com"]]
+    assert len(to_bob) == 2
+    told = to_bob[-1]
     assert told.subject == "Your refund of 1000.00 EUR for ORD-2002 could not be made"
     assert REFUSAL in told.body
     assert not [email for email in mailoutbox if "refunded" in email.subject + email.body]
 
 
 def test_the_email_is_written_once_however_often_the_call_is_looked_at(refused, mailoutbox):
-    tasks.send_customer_emails()
+    tasks.deliver()
 
-    assert len(mailoutbox) == 2
+    assert len([email for email in mailoutbox if email.to == ["bob@example.com"]]) == 2
 
 
 def test_a_later_call_on_the_order_does_not_list_the_refused_amount_as_paid(refused):

@@ -1,25 +1,17 @@
 """Tickets in the admin: scoped history, and actions that call the plan services."""
 
-from django.contrib.auth.models import User
-from django.test import Client
-
 from approvals.models import PlanReview, Proposal, TicketStatus
 from tests.approvals.plan_helpers import command, exchange_run, reconcile, ticket_of
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
+from tests.pages import signed_in
 
 
 def test_a_supervisor_sees_the_plan_and_its_history_and_oscar_does_not(demo, api):
     ticket = ticket_of(exchange_run(demo))
     command(api("alice"), ticket, "confirm")
 
-    page = _signed_in("sam").get(f"/admin/approvals/ticket/{ticket.pk}/change/")
-    listing = _signed_in("sam").get("/admin/approvals/ticket/")
-    foreign = _signed_in("oscar").get(f"/admin/approvals/ticket/{ticket.pk}/change/")
+    page = signed_in("sam").get(f"/admin/approvals/ticket/{ticket.pk}/change/")
+    listing = signed_in("sam").get("/admin/approvals/ticket/")
+    foreign = signed_in("oscar").get(f"/admin/approvals/ticket/{ticket.pk}/change/")
 
     assert page.status_code == 200
     assert "exchange 1 x Trail running shoes, size 42, for size 43" in page.text
@@ -33,7 +25,7 @@ def test_the_review_page_decides_the_version_the_supervisor_saw(demo, api):
     run = exchange_run(demo)
     ticket = ticket_of(run)
     command(api("alice"), ticket, "confirm")
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     url = f"/admin/approvals/ticket/{ticket.pk}/review/"
 
     page = sam.get(url)
@@ -53,7 +45,7 @@ def test_the_review_page_decides_the_version_the_supervisor_saw(demo, api):
 def test_the_revise_page_proposes_a_new_version_or_shows_what_is_wrong(demo, api):
     run = exchange_run(demo)
     ticket = ticket_of(run)
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     url = f"/admin/approvals/ticket/{ticket.pk}/revise/"
 
     items = '[{"sku": "SHOE-TRAIL-42", "new_sku": "SHOE-TRAIL-41", "quantity": 1}]'

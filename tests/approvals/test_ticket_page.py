@@ -7,12 +7,7 @@ from approvals.models import TicketStatus
 from runs import worker
 from runs.models import AgentRun
 from tests.approvals.plan_helpers import exchange_run, reconcile, ticket_of
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
+from tests.pages import signed_in
 
 
 def _act(client: Client, ticket, action: str, note: str = "", version: int = 1):
@@ -26,7 +21,7 @@ def _act(client: Client, ticket, action: str, note: str = "", version: int = 1):
 def test_the_customer_confirms_and_the_supervisor_approves_on_the_page(demo):
     run = exchange_run(demo)
     ticket = ticket_of(run)
-    alice, sam = _signed_in("alice"), _signed_in("sam")
+    alice, sam = signed_in("alice"), signed_in("sam")
 
     page = alice.get(f"/portal/tickets/{ticket.pk}/")
     assert "1 x Trail running shoes, size 42, for size 43" in page.text
@@ -52,7 +47,7 @@ def test_the_customer_confirms_and_the_supervisor_approves_on_the_page(demo):
 def test_asking_for_changes_a_stale_version_and_strangers(demo):
     run = exchange_run(demo)
     ticket = ticket_of(run)
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
 
     asked = _act(alice, ticket, "changes", note="size 41 please")
     stale = _act(alice, ticket, "confirm", version=7)
@@ -61,13 +56,13 @@ def test_asking_for_changes_a_stale_version_and_strangers(demo):
     assert "Your request for changes was sent" in asked.text
     assert "revised meanwhile" in stale.text
     assert ticket_of(run).status == TicketStatus.NEEDS_REVISION
-    assert _signed_in("bob").get(f"/portal/tickets/{ticket.pk}/").status_code == 404
-    assert _signed_in("oscar").get(f"/portal/tickets/{ticket.pk}/").status_code == 404
-    assert "needs a new version" in _signed_in("sue").get("/portal/inbox/plans/").text
+    assert signed_in("bob").get(f"/portal/tickets/{ticket.pk}/").status_code == 404
+    assert signed_in("oscar").get(f"/portal/tickets/{ticket.pk}/").status_code == 404
+    assert "needs a new version" in signed_in("sue").get("/portal/inbox/plans/").text
 
 
 def test_the_chat_links_the_plan_that_waits_for_the_customer(demo):
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     alice.post("/portal/chat/", {"text": "I want to exchange the shoes from ORD-1002 for size 43"})
     worker.tick()
 
@@ -82,19 +77,19 @@ def test_a_rejected_plan_says_so_with_the_note(demo, api):
     ticket = ticket_of(exchange_run(demo))
     command(api("alice"), ticket, "confirm")
 
-    rejected = _act(_signed_in("sam"), ticket, "reject", note="worn soles")
+    rejected = _act(signed_in("sam"), ticket, "reject", note="worn soles")
 
     assert "Rejected by sam: worn soles" in rejected.text
     assert (
         "Declined by Demo Shop: worn soles"
-        in _signed_in("alice").get(f"/portal/tickets/{ticket.pk}/").text
+        in signed_in("alice").get(f"/portal/tickets/{ticket.pk}/").text
     )
 
 
 def test_the_customer_reads_back_the_changes_they_asked_for(demo):
     # given alice asked for changes to her plan
     ticket = ticket_of(exchange_run(demo))
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     _act(alice, ticket, "changes", note="size 41 please, the 43 is too big")
 
     # when she opens the plan again
@@ -111,7 +106,7 @@ def test_the_customers_home_links_a_waiting_plan_and_survives_an_unusable_wait(d
     # given: a plan waiting for alice
     run = exchange_run(demo)
     ticket = ticket_of(run)
-    alice = _signed_in("alice")
+    alice = signed_in("alice")
     assert f"/portal/tickets/{ticket.pk}/" in alice.get("/portal/requests/").text
 
     # when: the run's stored wait is damaged (an operator's case)
@@ -128,7 +123,7 @@ def test_a_bad_plan_form_says_what_is_wrong_and_changes_nothing(demo):
     ticket = ticket_of(exchange_run(demo))
 
     # when: a note longer than the page allows
-    page = _act(_signed_in("alice"), ticket, "changes", note="x" * 2001)
+    page = _act(signed_in("alice"), ticket, "changes", note="x" * 2001)
 
     # then
     assert page.status_code == 200

@@ -2,18 +2,12 @@
 the shop's stock, through the same command as the admin and the API."""
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from approvals.models import BusinessEvent, Proposal, StockLevel, TicketStatus
 from tests.approvals.plan_helpers import command, exchange_run, reconcile, ticket_of
+from tests.pages import signed_in
 from tests.threads import in_threads
-
-
-def _signed_in(username: str) -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    return client
 
 
 def _propose(client: Client, ticket, *, size: str, version: int = 1, note: str = "", **line):
@@ -40,7 +34,7 @@ def test_the_page_offers_the_plans_sizes_in_words_and_the_customers_request(demo
     command(api("alice"), ticket, "revise", note="Size 43 is too small, I need 44")
 
     # when
-    page = _signed_in("sam").get(f"/portal/tickets/{ticket.pk}/revise/")
+    page = signed_in("sam").get(f"/portal/tickets/{ticket.pk}/revise/")
 
     # then: every size of the shoe with its stock, the sold-out one not pickable
     assert page.status_code == 200
@@ -60,7 +54,7 @@ def test_a_supervisor_proposes_version_2_as_the_admin_would(demo, api):
     reconcile(run)
 
     # when: sam picks size 41 on the page
-    page = _propose(_signed_in("sam"), ticket, size="SHOE-TRAIL-41", note="41 it is")
+    page = _propose(signed_in("sam"), ticket, size="SHOE-TRAIL-41", note="41 it is")
 
     # then: a new version waits for alice, as after the admin's revision
     assert "Version 2 proposed" in page.text
@@ -77,7 +71,7 @@ def test_a_supervisor_proposes_version_2_as_the_admin_would(demo, api):
 def test_an_out_of_stock_size_is_refused_beside_the_field_and_nothing_is_written(demo):
     # given
     ticket = ticket_of(exchange_run(demo))
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     # when: size 44 (none in stock), then 41 for more than its stock and the order holds
     sold_out = _propose(sam, ticket, size="SHOE-TRAIL-44", note="keep this note")
@@ -99,7 +93,7 @@ def test_an_out_of_stock_size_is_refused_beside_the_field_and_nothing_is_written
 def test_a_broken_form_says_what_is_wrong_and_never_fails(demo):
     # given
     ticket = ticket_of(exchange_run(demo))
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
 
     # when: a size of another product, an unknown product, and no lines at all
     other_product = _propose(sam, ticket, size="SHOE-CITY-43")
@@ -120,21 +114,21 @@ def test_customers_and_other_shops_supervisors_get_404(demo):
     url = f"/portal/tickets/{ticket.pk}/revise/"
 
     # when / then
-    assert _signed_in("alice").get(url).status_code == 404
-    assert _propose(_signed_in("alice"), ticket, size="SHOE-TRAIL-41").status_code == 404
-    assert _signed_in("bob").get(url).status_code == 404
-    assert _signed_in("oscar").get(url).status_code == 404
-    assert _propose(_signed_in("oscar"), ticket, size="SHOE-TRAIL-41").status_code == 404
+    assert signed_in("alice").get(url).status_code == 404
+    assert _propose(signed_in("alice"), ticket, size="SHOE-TRAIL-41").status_code == 404
+    assert signed_in("bob").get(url).status_code == 404
+    assert signed_in("oscar").get(url).status_code == 404
+    assert _propose(signed_in("oscar"), ticket, size="SHOE-TRAIL-41").status_code == 404
     assert ticket_of(ticket.run).version == 1
 
 
 def test_a_stale_version_is_refused_with_a_clear_message_and_nothing_overwritten(demo):
     # given: sue proposed version 2 while sam's page still showed version 1
     ticket = ticket_of(exchange_run(demo))
-    _propose(_signed_in("sue"), ticket, size="SHOE-TRAIL-41", note="sue's")
+    _propose(signed_in("sue"), ticket, size="SHOE-TRAIL-41", note="sue's")
 
     # when
-    page = _propose(_signed_in("sam"), ticket, size="SHOE-TRAIL-43", version=1, note="sam's")
+    page = _propose(signed_in("sam"), ticket, size="SHOE-TRAIL-43", version=1, note="sam's")
 
     # then: sam is told, shown sue's version with fresh pickers, and sue's version stands
     assert "The plan changed meanwhile: sue proposed version 2. Nothing was changed" in page.text
@@ -153,7 +147,7 @@ def test_a_closed_plan_says_why_and_offers_no_form(demo, api):
     command(api("sam"), ticket, "decide", decision="approve")
 
     # when
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     page = sam.get(f"/portal/tickets/{ticket.pk}/revise/")
     posted = _propose(sam, ticket, size="SHOE-TRAIL-41")
 
@@ -168,13 +162,13 @@ def test_a_closed_plan_says_why_and_offers_no_form(demo, api):
 def test_the_plan_page_links_the_supervisor_and_shows_both_people_the_diff(demo, api):
     # given: a plan revised from 43 to 41
     ticket = ticket_of(exchange_run(demo))
-    sam = _signed_in("sam")
+    sam = signed_in("sam")
     assert f"/portal/tickets/{ticket.pk}/revise/" in sam.get(f"/portal/tickets/{ticket.pk}/").text
     assert 'id="plan-diff"' not in sam.get(f"/portal/tickets/{ticket.pk}/").text
     _propose(sam, ticket, size="SHOE-TRAIL-41")
 
     # when
-    pages = [_signed_in(who).get(f"/portal/tickets/{ticket.pk}/").text for who in ("alice", "sam")]
+    pages = [signed_in(who).get(f"/portal/tickets/{ticket.pk}/").text for who in ("alice", "sam")]
 
     # then: both read what changed, in sizes; only the supervisor gets the revise link
     for page in pages:
@@ -191,7 +185,7 @@ def test_two_supervisors_proposing_at_once_make_exactly_one_new_version(demo):
     # given: plenty of stock, and sam and sue on the same version 1
     StockLevel.objects.filter(sku="SHOE-TRAIL-41").update(quantity=9)
     ticket = ticket_of(exchange_run(demo))
-    clients = [_signed_in("sam"), _signed_in("sue")] * 2
+    clients = [signed_in("sam"), signed_in("sue")] * 2
 
     # when: four proposals race
     pages = in_threads(

@@ -3,7 +3,6 @@ contrast, labels, names, landmarks). Its script comes from the npm package's bui
 pinned test dependency carries; nothing is downloaded."""
 
 from datetime import timedelta
-from importlib import resources
 
 import pytest
 from django.contrib.auth.models import User
@@ -15,26 +14,9 @@ from runs import worker
 from tests import factories
 from tests.approvals.plan_helpers import exchange_run
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.browser.accessibility import serious_violations
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-AXE = resources.files("axe_playwright_python").joinpath("axe.min.js").read_text()
-# Run as the page's own script would be refused by its Content-Security-Policy; evaluated by
-# the browser's debugging protocol it is not.
-AUDIT = """async () => {
-  const found = await axe.run(document, {
-    runOnly: {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]},
-  });
-  return found.violations
-    .filter((violation) => ["serious", "critical"].includes(violation.impact))
-    .map((violation) => `${violation.id} (${violation.impact}): ` +
-         violation.nodes.map((node) => node.target.join(" ")).join(", "));
-}"""
-
-
-def _serious_violations(page) -> list[str]:
-    page.evaluate(AXE)
-    return page.evaluate(AUDIT)
 
 
 def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signed_in, live_server):
@@ -65,7 +47,7 @@ def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signe
     found, titles = {}, {}
     for name, (page, path) in pages.items():
         page.goto(f"{live_server.url}{path}")
-        found[name] = _serious_violations(page)
+        found[name] = serious_violations(page)
         titles[name] = page.title()
     visitor.close()
 
@@ -107,6 +89,6 @@ def test_the_four_eyes_pages_have_no_serious_accessibility_violations(demo, sign
     found = {}
     for name, (page, path) in pages.items():
         page.goto(f"{live_server.url}{path}")
-        found[name] = _serious_violations(page)
+        found[name] = serious_violations(page)
 
     assert found == {name: [] for name in pages}

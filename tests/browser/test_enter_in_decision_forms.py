@@ -3,7 +3,6 @@ browser: an edited argument is reviewed, never approved or paid unseen; "Approve
 waits while an argument is edited; a revision that cannot be paid is not offered."""
 
 import pytest
-from django.contrib.auth.models import User
 
 from approvals import plans
 from approvals.models import (
@@ -18,8 +17,8 @@ from approvals.models import (
     TicketStatus,
 )
 from runs import worker
-from tests import factories
 from tests.approvals.plan_helpers import exchange_run
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.browser.conftest import screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,16 +34,6 @@ def _both_widths(page, name: str) -> None:
     screenshot(page, f"{name}-phone")
     assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"], name
     page.set_viewport_size(DESKTOP)
-
-
-def _pending(demo) -> Approval:
-    run = factories.run_queue(
-        customer=User.objects.get(username="alice"),
-        merchant=demo,
-        message="I want a refund for ORD-1003 amount 20",
-    )
-    worker.tick()
-    return Approval.objects.get(run=run)
 
 
 def _open(page, live_server, approval: Approval) -> None:
@@ -64,7 +53,7 @@ def _still_pending(approval: Approval) -> None:
 
 @pytest.mark.parametrize("field", ["#id_arg-amount", "#id_arg-reason"])
 def test_enter_in_an_argument_reviews_the_edit_and_never_pays(demo, signed_in, live_server, field):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     _open(sam, live_server, approval)
 
@@ -88,7 +77,7 @@ def test_enter_in_an_argument_reviews_the_edit_and_never_pays(demo, signed_in, l
 
 
 def test_approve_as_proposed_waits_while_an_argument_is_edited(demo, signed_in, live_server):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     _open(sam, live_server, approval)
     approve = "#typed-form button[value=approve]"
@@ -122,7 +111,7 @@ def test_approve_as_proposed_waits_while_an_argument_is_edited(demo, signed_in, 
 
 
 def test_enter_in_the_json_editor_writes_a_new_line(demo, signed_in, live_server):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     _open(sam, live_server, approval)
     sam.click("#json-editor summary")
@@ -137,7 +126,7 @@ def test_enter_in_the_json_editor_writes_a_new_line(demo, signed_in, live_server
 
 
 def test_enter_in_the_reason_rejects_even_with_an_edited_amount(demo, signed_in, live_server):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     _open(sam, live_server, approval)
 
@@ -153,7 +142,7 @@ def test_enter_in_the_reason_rejects_even_with_an_edited_amount(demo, signed_in,
 
 
 def test_a_revision_over_what_is_refundable_is_warned_and_not_offered(demo, signed_in, live_server):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     _open(sam, live_server, approval)
 
@@ -185,7 +174,7 @@ def test_a_revision_over_what_is_refundable_is_warned_and_not_offered(demo, sign
 
 @pytest.mark.parametrize("field", ["#id_tool_args", "#id_reason"])
 def test_enter_in_the_admins_decide_page_decides_nothing(demo, signed_in, live_server, field):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     sam.goto(f"{live_server.url}/admin/approvals/approval/{approval.pk}/decide/")
     sam.check("#id_decision input[value=approve]")

@@ -32,16 +32,6 @@ def _both_widths(page, name: str) -> None:
     page.set_viewport_size(DESKTOP)
 
 
-@pytest.fixture
-def large_refund(demo) -> Approval:
-    """A 500.00 refund waiting under a policy that wants two people from 200.00."""
-    policy_set(demo, two_approvers_from="200.00")
-    big_order(demo)
-    approval = approval_of(refund_run(demo, "500", order="ORD-9001"))
-    assert approval.required_approvals == 2
-    return approval
-
-
 def test_sam_approves_first_and_waits_then_sue_sees_it_in_her_inbox_and_approves(
     large_refund, signed_in
 ):

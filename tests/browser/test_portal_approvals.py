@@ -3,22 +3,15 @@
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import User
 from django.core import mail
 
-from approvals.models import Approval, ApprovalStatus, Refund
+from approvals import outbox
+from approvals.models import ApprovalStatus, Refund
 from runs import worker
-from tests import factories
+from tests.approvals.refund_helpers import refund_run_waiting
 from tests.browser.conftest import screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _pending(demo, message="I want a refund for ORD-1003 amount 20") -> Approval:
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(customer=alice, merchant=demo, message=message)
-    worker.tick()
-    return Approval.objects.get(run=run)
 
 
 def test_signed_out_visitor_is_sent_to_the_login_form(browser, live_server):
@@ -30,7 +23,7 @@ def test_signed_out_visitor_is_sent_to_the_login_form(browser, live_server):
 
 
 def test_a_colleague_sees_who_is_viewing_and_the_decision_arrive_without_a_reload(demo, signed_in):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     sue = signed_in("sue")
 
@@ -74,7 +67,7 @@ def test_a_revision_in_the_typed_form_keeps_every_edit_on_error_then_runs_as_rev
     demo, signed_in
 ):
     # given a pending refund of 20.00 open on the approval page
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
     assert sam.input_value("#id_arg-amount") == "20.00"
@@ -111,7 +104,7 @@ def test_a_revision_in_the_typed_form_keeps_every_edit_on_error_then_runs_as_rev
 
 def test_a_json_mistake_in_a_revision_is_said_where_it_is_and_the_edit_kept(demo, signed_in):
     # given a pending refund open on the approval page
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
 
@@ -134,7 +127,7 @@ def test_a_json_mistake_in_a_revision_is_said_where_it_is_and_the_edit_kept(demo
 
 
 def test_reject_needs_a_reason_and_then_rejects(demo, signed_in):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
     sam.click("button[value=reject]")
@@ -158,7 +151,7 @@ def test_inbox_asks_for_nothing_while_idle_and_shows_new_calls_without_a_reload(
     sam.wait_for_timeout(5000)
     assert [request.url for request in requests] == []
 
-    approval = _pending(demo, "refund ORD-1004 amount 15")
+    approval = refund_run_waiting("refund ORD-1004 amount 15").approval
 
     sam.wait_for_selector(f"[data-interrupt='{approval.interrupt_id}']", timeout=15000)
     screenshot(sam, "inbox-live")
@@ -168,7 +161,7 @@ def test_inbox_asks_for_nothing_while_idle_and_shows_new_calls_without_a_reload(
 
 
 def test_another_shops_supervisor_cannot_open_the_call(demo, signed_in, live_server):
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     oscar = signed_in("oscar")
     response = oscar.goto(f"{live_server.url}/portal/approvals/{approval.interrupt_id}/")
     assert response.status == 404
@@ -176,7 +169,7 @@ def test_another_shops_supervisor_cannot_open_the_call(demo, signed_in, live_ser
 
 def test_enter_in_the_reason_rejects_and_never_approves(demo, signed_in):
     # given a pending refund open on the approval page
-    approval = _pending(demo)
+    approval = refund_run_waiting().approval
     sam = signed_in("sam")
     sam.set_viewport_size({"width": 390, "height": 844})
     sam.click(f"[data-interrupt='{approval.interrupt_id}'] a")
@@ -201,8 +194,9 @@ def test_the_email_link_opens_the_call_and_reads_as_words(demo, signed_in, live_
     # given the portal's address, and a refund that reaches the supervisors by email
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "SITE_URL": live_server.url}
     mail.outbox.clear()
-    approval = _pending(demo)
-    (email,) = mail.outbox
+    approval = refund_run_waiting().approval
+    outbox.deliveries_deliver_due()
+    (email,) = [email for email in mail.outbox if email.to == ["sam@example.com"]]
     links = [line for line in email.body.splitlines() if line.startswith("http")]
 
     # when sam follows the link from his mail client

@@ -9,10 +9,14 @@ class ExtensionAppConfig(AppConfig):
     def ready(self) -> None:
         from runs import extensions
         from runs.extensions import NodeKind
+        from runs.timeline import timeline_sentence_register
         from runs.tools import tool_register
-        from tests.extension_app import signoff
+        from tests.extension_app import signoff, voucher
 
         extensions.interrupt_register(signoff.SIGNOFF_INTERRUPT)
         extensions.node_register(NodeKind(signoff.AUDIT_NODE, signoff.audit_step))
         extensions.script_register(signoff.signoff_script, name=signoff.SCRIPT)
         tool_register(signoff.REQUEST_SIGNOFF)
+        timeline_sentence_register("signoff.requested", signoff.signoff_requested_sentence)
+        extensions.script_register(voucher.voucher_script, name=voucher.SCRIPT)
+        tool_register(voucher.GRANT_VOUCHER)

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from rest_framework import serializers
 
 from runs.extensions import Interrupt, WaitKind
 from runs.inputs import wait_pause
@@ -40,7 +39,7 @@ SIGNOFF = WaitKind(
     name="signoff",
     payload=Signoff,
     status=RunStatus.WAITING_USER,
-    pending_fields={"note": lambda: serializers.CharField(allow_null=True)},
+    pending_fields={"note": str},
     answers_inputs=True,
 )
 
@@ -109,3 +108,8 @@ REQUEST_SIGNOFF = Tool(
     args_model=SignoffArgs,
     policy=SIGNOFF_INTERRUPT.policy,
 )
+
+
+def signoff_requested_sentence(data: dict, decider: str | None) -> str:
+    said = f"Waiting for a sign-off: {data.get('note', '')}"
+    return f"{said} (decided by {decider})" if decider else said

@@ -1,11 +1,34 @@
 """Driving the worker one run and one step at a time, as tests need it (production claims and
-commits in batches: runs.services.runs_claim, runs_step_commit and runs.worker.run_slices)."""
+commits in batches: runs.services.runs_claim, runs_step_commit and runs.worker.run_slices),
+and reading what a run's timeline says."""
 
 import math
+from collections.abc import Callable
 
+from django.contrib.auth.models import User
+
+from agentportal.models import Merchant
 from runs import services, worker
-from runs.models import AgentRun
+from runs.models import AgentRun, RunEvent, RunStatus
 from runs.services import Lease, StepCommit
+from tests import factories
+
+STATUS_QUESTION = "What is the status of order {order}?"
+STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
+
+
+def customer_with_order(merchant: Merchant, number: str) -> User:
+    """A new customer of the shop, with a delivered order of that number."""
+    customer = factories.user_create(merchant=merchant)
+    factories.order_create(merchant=merchant, customer=customer, number=number)
+    return customer
+
+
+def queue(customer: User, merchant: Merchant, order: str, question: str = STATUS_QUESTION):
+    """The customer's question about `order` (a template naming {order}), queued."""
+    return factories.run_queue(
+        customer=customer, merchant=merchant, message=question.format(order=order)
+    )
 
 
 def run_claim() -> Lease | None:
@@ -36,3 +59,35 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
+
+
+# --- the run's timeline --------------------------------------------------------------------
+
+
+def events(run_id) -> list[tuple[int, str]]:
+    return list(RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("seq", "type"))
+
+
+def types(run_id) -> list[str]:
+    return [event_type for _, event_type in events(run_id)]
+
+
+def tool_started(run_id, tool: str) -> Callable[[], bool]:
+    """A condition: the run's worker has started calling `tool`."""
+    return lambda: RunEvent.objects.filter(
+        run_id=run_id, type="tool.started", data__tool=tool
+    ).exists()
+
+
+def assert_timeline_contiguous(run_id) -> None:
+    seqs = [seq for seq, _ in events(run_id)]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert AgentRun.objects.get(pk=run_id).last_event_seq == len(seqs)
+
+
+def assert_completed_once(run_id) -> None:
+    run = AgentRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.COMPLETED, (run.status, run.error_code, run.error_detail)
+    assert types(run_id).count("run.completed") == 1
+    assert types(run_id)[-1] == "run.completed"
+    assert_timeline_contiguous(run_id)

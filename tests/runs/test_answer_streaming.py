@@ -9,7 +9,7 @@ import time
 import pytest
 from django.contrib.auth.models import User
 
-from runs.models import AgentRun, RunStatus
+from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunStatus
 from tests import factories
 from tests.conftest import wait_for
 from tests.http import open_stream
@@ -149,7 +149,16 @@ def test_stop_while_the_answer_streams_delivers_nothing_after_it_and_keeps_nothi
     stop = client.post(messages, {"text": "/stop"}, format="json")
     next_run = client.post(messages, {"text": STATUS}, format="json").json()["run_id"]
     wait_for(lambda: "run.cancelled" in reader.types(), timeout=30)
-    time.sleep(1.0)
+    # (the stream ends after the run's end, so nothing can reach it after that; and the
+    # worker gave up the stopped answer's model call, so whatever it would keep is kept)
+    wait_for(lambda: not reader.thread.is_alive(), timeout=30, message="the stream did not end")
+    wait_for(
+        lambda: (
+            not ModelAttempt.objects.filter(run_id=run_id, status=AttemptStatus.STARTED).exists()
+        ),
+        timeout=30,
+        message="the worker never gave up the stopped answer's model call",
+    )
 
     # then: the run is cancelled; no delta written after the stop reached the stream, and the
     # transcript keeps no text of the stopped answer

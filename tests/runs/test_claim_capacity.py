@@ -12,7 +12,8 @@ from runs.metrics import Counter
 from runs.models import AgentRun, RunStatus
 from tests import factories, threads
 from tests.runs import helpers
-from tests.runs.test_worker_claim import customer_with_order, in_threads, queue
+from tests.runs.helpers import customer_with_order, queue
+from tests.threads import in_threads_numbered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +27,7 @@ def test_racing_claims_never_exceed_the_shops_capacity(capacity):
         queue(customer_with_order(shop, number), shop, number)
 
     # when: eight workers claim at once
-    leases = in_threads(lambda _: helpers.run_claim(), 8)
+    leases = in_threads_numbered(lambda _: helpers.run_claim(), 8)
 
     # then
     assert sum(lease is not None for lease in leases) == capacity
@@ -134,7 +135,7 @@ def test_racing_claims_over_many_shops_never_exceed_any_shops_capacity(capacity)
     def claims(_index: int) -> int:
         return sum(len(services.runs_claim(limit=7)) for _ in range(2))
 
-    claimed = in_threads(claims, 6)
+    claimed = in_threads_numbered(claims, 6)
 
     # then: every shop is full, none over, and each run was claimed once
     running = _running_by_shop(merchants)

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from runs import services, worker
 from runs.models import AgentRun, Conversation, ConversationStatus, RunStatus
 from tests.problems import assert_problem
-from tests.runs.test_conversations import STATUS, _open, _say, _statuses
+from tests.runs.conversation_helpers import STATUS, conversation_open, message_statuses, say
 
 pytestmark = pytest.mark.django_db
 
@@ -21,14 +21,14 @@ def alice(api):
 
 def test_reset_cancels_drops_the_queue_and_starts_the_agents_context_afresh(demo, alice):
     # given a conversation with an answered question, an active run and a queued message
-    conversation = _open(alice)
-    _say(alice, conversation, STATUS)
+    conversation = conversation_open(alice)
+    say(alice, conversation, STATUS)
     worker.tick()
-    active = _say(alice, conversation, "What about ORD-1002?").json()["run_id"]
-    _say(alice, conversation, "And ORD-1003?")
+    active = say(alice, conversation, "What about ORD-1002?").json()["run_id"]
+    say(alice, conversation, "And ORD-1003?")
 
     # when alice resets it
-    reset = _say(alice, conversation, "/reset")
+    reset = say(alice, conversation, "/reset")
 
     # then the run is cancelled, the queue dropped, the conversation kept open
     assert reset.status_code == 200
@@ -38,22 +38,22 @@ def test_reset_cancels_drops_the_queue_and_starts_the_agents_context_afresh(demo
     }
     assert AgentRun.objects.get(pk=active).status == RunStatus.CANCELLED
     assert Conversation.objects.get(pk=conversation).status == ConversationStatus.OPEN
-    assert _statuses(conversation)[-1] == "CANCELLED"
+    assert message_statuses(conversation)[-1] == "CANCELLED"
 
     # and the next message's run knows nothing of what came before
-    fresh = _say(alice, conversation, "hello").json()["run_id"]
+    fresh = say(alice, conversation, "hello").json()["run_id"]
     said = [m["content"] for m in AgentRun.objects.get(pk=fresh).messages if m["role"] == "user"]
     assert said == ["hello"]
 
 
 def test_switch_makes_another_open_conversation_current_and_detaches_the_run(demo, alice):
     # given two of alice's conversations, the first one busy
-    first = _open(alice)
-    second = _open(alice)
-    busy = _say(alice, first, STATUS).json()["run_id"]
+    first = conversation_open(alice)
+    second = conversation_open(alice)
+    busy = say(alice, first, STATUS).json()["run_id"]
 
     # when she switches from the first to the second
-    switched = _say(alice, first, f"/switch {second}")
+    switched = say(alice, first, f"/switch {second}")
 
     # then the second is current, and the first one's run goes on
     assert switched.status_code == 200
@@ -64,24 +64,24 @@ def test_switch_makes_another_open_conversation_current_and_detaches_the_run(dem
 
 
 def test_switch_refuses_what_it_cannot_switch_to(demo, api, alice):
-    first = _open(alice)
-    bobs = _open(api("bob"))
-    olgas = _open(api("olga", merchant="other-shop"))
-    closed = _open(alice)
-    _say(alice, closed, "/new")
+    first = conversation_open(alice)
+    bobs = conversation_open(api("bob"))
+    olgas = conversation_open(api("olga", merchant="other-shop"))
+    closed = conversation_open(alice)
+    say(alice, closed, "/new")
 
-    assert_problem(_say(alice, first, "/switch"), 400, "validation_error")
-    assert_problem(_say(alice, first, "/switch not-an-id"), 400, "validation_error")
-    assert_problem(_say(alice, first, f"/switch {bobs}"), 404, "not_found")
-    assert_problem(_say(alice, first, f"/switch {olgas}"), 404, "not_found")
-    assert_problem(_say(alice, first, f"/switch {uuid.uuid4()}"), 404, "not_found")
-    assert_problem(_say(alice, first, f"/switch {closed}"), 409, "conversation_closed")
+    assert_problem(say(alice, first, "/switch"), 400, "validation_error")
+    assert_problem(say(alice, first, "/switch not-an-id"), 400, "validation_error")
+    assert_problem(say(alice, first, f"/switch {bobs}"), 404, "not_found")
+    assert_problem(say(alice, first, f"/switch {olgas}"), 404, "not_found")
+    assert_problem(say(alice, first, f"/switch {uuid.uuid4()}"), 404, "not_found")
+    assert_problem(say(alice, first, f"/switch {closed}"), 409, "conversation_closed")
 
 
 def test_closed_is_final_for_every_command(demo, api, alice):
     # given a conversation alice closed with /new
-    old = _open(alice)
-    _say(alice, old, "/new")
+    old = conversation_open(alice)
+    say(alice, old, "/new")
     sam = api("sam")
 
     # when anyone sends it a command that would change it
@@ -92,20 +92,20 @@ def test_closed_is_final_for_every_command(demo, api, alice):
         (alice, "/reset"),
         (alice, "/switch not-an-id"),
     ):
-        assert_problem(_say(client, old, text), 409, "conversation_closed")
+        assert_problem(say(client, old, text), 409, "conversation_closed")
 
     # then it is still closed, and /status still answers
     assert Conversation.objects.get(pk=old).status == ConversationStatus.CLOSED
-    assert _say(alice, old, "/status").status_code == 200
-    assert_problem(_say(alice, old, "hello"), 409, "conversation_closed")
+    assert say(alice, old, "/status").status_code == 200
+    assert_problem(say(alice, old, "hello"), 409, "conversation_closed")
 
 
 def test_release_waits_for_an_open_run_slot_before_starting_a_held_message(demo, api, alice):
     # given a taken-over conversation holding a message, and alice at her open-run limit
     sam = api("sam")
-    conversation = _open(alice)
-    _say(sam, conversation, "/takeover")
-    _say(alice, conversation, STATUS)
+    conversation = conversation_open(alice)
+    say(sam, conversation, "/takeover")
+    say(alice, conversation, STATUS)
     others = [
         alice.post(
             "/api/v1/runs", {"message": STATUS}, format="json", HTTP_IDEMPOTENCY_KEY=f"k{index}"
@@ -114,18 +114,18 @@ def test_release_waits_for_an_open_run_slot_before_starting_a_held_message(demo,
     ]
 
     # when sam releases it
-    released = _say(sam, conversation, "/release")
+    released = say(sam, conversation, "/release")
 
     # then the message is queued again but waits: no fourth open run
     assert released.json()["result"] == {"requeued_messages": 1}
-    assert _statuses(conversation) == ["QUEUED"]
+    assert message_statuses(conversation) == ["QUEUED"]
     assert AgentRun.objects.filter(account__username="alice").count() == 3
 
     # when a slot frees, the backstop starts it
     services.run_cancel(run=AgentRun.objects.get(pk=others[0]))
     report = services.maintain()
     assert report["conversations_start_waiting"] == 1
-    assert _statuses(conversation) == ["STARTED"]
+    assert message_statuses(conversation) == ["STARTED"]
 
 
 def test_reset_and_switch_work_from_the_chat_page(demo, client, alice):
@@ -133,7 +133,7 @@ def test_reset_and_switch_work_from_the_chat_page(demo, client, alice):
     client.force_login(User.objects.get(username="alice"))
     client.post("/portal/chat/", {"text": STATUS})
     first = Conversation.objects.get(customer__username="alice")
-    other = _open(alice)
+    other = conversation_open(alice)
 
     # when she resets the chat, then switches to the other conversation
     reset = client.post("/portal/chat/", {"text": "/reset"}, follow=True)

@@ -8,8 +8,7 @@ from runs import worker
 from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunStatus
 from runs.services import LostRun, StepCommit
 from tests.runs import helpers
-
-STATUS = "What is the status of order ORD-1001?"
+from tests.runs.conversation_helpers import STATUS, conversation_open, message_statuses, say
 
 
 @pytest.fixture
@@ -17,32 +16,11 @@ def alice(api):
     return api("alice")
 
 
-def _open(client) -> str:
-    response = client.post("/api/v1/conversations", {}, format="json")
-    assert response.status_code == 201
-    assert response.json()["status"] == "OPEN"
-    return response.json()["id"]
-
-
-def _say(client, conversation_id: str, text: str):
-    return client.post(
-        f"/api/v1/conversations/{conversation_id}/messages", {"text": text}, format="json"
-    )
-
-
-def _statuses(conversation_id: str) -> list[str]:
-    return list(
-        ConversationMessage.objects.filter(conversation_id=conversation_id)
-        .order_by("created_at", "pk")
-        .values_list("status", flat=True)
-    )
-
-
 def test_messages_run_one_at_a_time_and_the_next_starts_when_a_run_ends(demo, alice):
-    conversation_id = _open(alice)
+    conversation_id = conversation_open(alice)
 
-    first = _say(alice, conversation_id, STATUS)
-    second = _say(alice, conversation_id, "And ORD-1002?")
+    first = say(alice, conversation_id, STATUS)
+    second = say(alice, conversation_id, "And ORD-1002?")
 
     assert first.status_code == second.status_code == 202
     assert first.json()["message"]["status"] == "STARTED"
@@ -55,7 +33,7 @@ def test_messages_run_one_at_a_time_and_the_next_starts_when_a_run_ends(demo, al
     # then: the queued message started in the same transaction and ran too
     runs = list(AgentRun.objects.filter(conversation_id=conversation_id).order_by("created_at"))
     assert [run.status for run in runs] == [RunStatus.COMPLETED, RunStatus.COMPLETED]
-    assert _statuses(conversation_id) == ["STARTED", "STARTED"]
+    assert message_statuses(conversation_id) == ["STARTED", "STARTED"]
     # the second run saw the conversation so far
     contents = [m["content"] for m in runs[1].messages if m["role"] != "system"]
     assert contents[:3] == [STATUS, runs[0].result, "And ORD-1002?"]
@@ -65,11 +43,11 @@ def test_messages_run_one_at_a_time_and_the_next_starts_when_a_run_ends(demo, al
 
 
 def test_stop_cancels_the_active_run_and_keeps_the_queue(demo, alice):
-    conversation_id = _open(alice)
-    run_id = _say(alice, conversation_id, STATUS).json()["run_id"]
-    _say(alice, conversation_id, "And ORD-1002?")
+    conversation_id = conversation_open(alice)
+    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
+    say(alice, conversation_id, "And ORD-1002?")
 
-    response = _say(alice, conversation_id, "/stop")
+    response = say(alice, conversation_id, "/stop")
 
     assert response.status_code == 200
     assert response.json() == {
@@ -78,17 +56,17 @@ def test_stop_cancels_the_active_run_and_keeps_the_queue(demo, alice):
     }
     assert AgentRun.objects.get(pk=run_id).status == RunStatus.CANCELLED
     # the queued message started when the run ended
-    assert _statuses(conversation_id) == ["STARTED", "STARTED"]
+    assert message_statuses(conversation_id) == ["STARTED", "STARTED"]
     types = list(RunEvent.objects.filter(run_id=run_id).values_list("type", flat=True))
     assert types[-1] == "run.cancelled"
 
 
 def test_a_cancelled_run_commits_nothing_more(demo, alice):
-    conversation_id = _open(alice)
-    run_id = _say(alice, conversation_id, STATUS).json()["run_id"]
+    conversation_id = conversation_open(alice)
+    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
     lease = helpers.run_claim()
 
-    _say(alice, conversation_id, "/stop")
+    say(alice, conversation_id, "/stop")
 
     with pytest.raises(LostRun):
         helpers.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
@@ -100,33 +78,33 @@ def test_a_cancelled_run_commits_nothing_more(demo, alice):
 
 
 def test_new_drops_the_queue_and_closes_the_conversation(demo, alice):
-    conversation_id = _open(alice)
-    run_id = _say(alice, conversation_id, STATUS).json()["run_id"]
-    _say(alice, conversation_id, "And ORD-1002?")
-    _say(alice, conversation_id, "And ORD-1003?")
+    conversation_id = conversation_open(alice)
+    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
+    say(alice, conversation_id, "And ORD-1002?")
+    say(alice, conversation_id, "And ORD-1003?")
 
-    response = _say(alice, conversation_id, "/new-session")
+    response = say(alice, conversation_id, "/new-session")
 
     result = response.json()["result"]
     assert response.json()["command"] == "/new"
     assert result["cancelled_run_id"] == run_id
     assert result["dropped_messages"] == 2
-    assert _statuses(conversation_id) == ["STARTED", "CANCELLED", "CANCELLED"]
+    assert message_statuses(conversation_id) == ["STARTED", "CANCELLED", "CANCELLED"]
     assert Conversation.objects.get(pk=conversation_id).status == "CLOSED"
     # the dropped messages never run
     worker.tick()
     assert AgentRun.objects.filter(conversation_id=conversation_id).count() == 1
     # the old conversation refuses plain text; the new one accepts it at once
-    closed = _say(alice, conversation_id, "hello?")
+    closed = say(alice, conversation_id, "hello?")
     assert (closed.status_code, closed.json()["code"]) == (409, "conversation_closed")
-    fresh = _say(alice, result["conversation_id"], STATUS)
+    fresh = say(alice, result["conversation_id"], STATUS)
     assert fresh.json()["message"]["status"] == "STARTED"
 
 
 def test_status_changes_nothing(demo, alice):
-    conversation_id = _open(alice)
-    _say(alice, conversation_id, STATUS)
-    _say(alice, conversation_id, "And ORD-1002?")
+    conversation_id = conversation_open(alice)
+    say(alice, conversation_id, STATUS)
+    say(alice, conversation_id, "And ORD-1002?")
     before = (
         list(AgentRun.objects.values()),
         list(ConversationMessage.objects.values()),
@@ -135,7 +113,7 @@ def test_status_changes_nothing(demo, alice):
     )
 
     with CaptureQueriesContext(connection) as queries:
-        response = _say(alice, conversation_id, "/status")
+        response = say(alice, conversation_id, "/status")
 
     assert response.status_code == 200
     assert response.json()["result"]["active_run"]["status"] == "QUEUED"
@@ -158,28 +136,28 @@ def test_status_changes_nothing(demo, alice):
 
 
 def test_takeover_holds_messages_blocks_the_worker_and_release_resumes(demo, api, alice):
-    conversation_id = _open(alice)
-    run_id = _say(alice, conversation_id, STATUS).json()["run_id"]
+    conversation_id = conversation_open(alice)
+    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
     lease = helpers.run_claim()
 
     # a customer may not take over
-    refused = _say(alice, conversation_id, "/takeover")
+    refused = say(alice, conversation_id, "/takeover")
     assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
 
-    taken = _say(api("sam"), conversation_id, "/takeover")
+    taken = say(api("sam"), conversation_id, "/takeover")
 
     assert taken.json()["result"] == {"cancelled_run_id": run_id, "control_version": 2}
     with pytest.raises(LostRun):
         helpers.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
-    held = _say(alice, conversation_id, "Is anyone there? ORD-1002")
+    held = say(alice, conversation_id, "Is anyone there? ORD-1002")
     assert held.json()["message"]["status"] == "HELD"
     worker.tick()
     assert AgentRun.objects.filter(conversation_id=conversation_id).count() == 1
 
-    released = _say(api("sam"), conversation_id, "/release")
+    released = say(api("sam"), conversation_id, "/release")
 
     assert released.json()["result"] == {"requeued_messages": 1}
-    assert _statuses(conversation_id) == ["STARTED", "STARTED"]
+    assert message_statuses(conversation_id) == ["STARTED", "STARTED"]
     new_run = AgentRun.objects.filter(conversation_id=conversation_id).exclude(pk=run_id).get()
     assert new_run.control_version == 2
     worker.tick()
@@ -188,8 +166,8 @@ def test_takeover_holds_messages_blocks_the_worker_and_release_resumes(demo, api
 
 
 def test_unknown_command_is_400_and_never_reaches_the_model(demo, alice):
-    conversation_id = _open(alice)
-    response = _say(alice, conversation_id, "/reboot now")
+    conversation_id = conversation_open(alice)
+    response = say(alice, conversation_id, "/reboot now")
     assert (response.status_code, response.json()["code"]) == (400, "unknown_command")
     assert not AgentRun.objects.exists()
     assert not ConversationMessage.objects.exists()
@@ -197,11 +175,11 @@ def test_unknown_command_is_400_and_never_reaches_the_model(demo, alice):
 
 def test_an_unknown_command_lists_only_the_commands_of_the_callers_role(demo, api, alice):
     # given alice's conversation, which sam (a supervisor of her shop) may command too
-    conversation_id = _open(alice)
+    conversation_id = conversation_open(alice)
 
     # when each of them sends a command that does not exist
-    told_alice = _say(alice, conversation_id, "/reboot").json()["detail"]
-    told_sam = _say(api("sam"), conversation_id, "/reboot").json()["detail"]
+    told_alice = say(alice, conversation_id, "/reboot").json()["detail"]
+    told_sam = say(api("sam"), conversation_id, "/reboot").json()["detail"]
 
     # then each is offered only what they may use
     assert told_alice == (
@@ -214,10 +192,10 @@ def test_an_unknown_command_lists_only_the_commands_of_the_callers_role(demo, ap
 
 
 def test_another_customers_conversation_is_404(demo, api, alice):
-    conversation_id = _open(alice)
+    conversation_id = conversation_open(alice)
     bob = api("bob")
     assert bob.get(f"/api/v1/conversations/{conversation_id}").status_code == 404
-    response = _say(bob, conversation_id, "/stop")
+    response = say(bob, conversation_id, "/stop")
     assert (response.status_code, response.json()["code"]) == (404, "not_found")
     assert (
         api("oscar", merchant="other-shop")
@@ -229,15 +207,15 @@ def test_another_customers_conversation_is_404(demo, api, alice):
 
 def test_a_message_answers_the_agents_question_and_resumes_the_same_run(demo, alice):
     # given: the agent asked which order the exchange is about
-    conversation_id = _open(alice)
-    asked = _say(alice, conversation_id, "I want to exchange my shoes for size 43").json()
+    conversation_id = conversation_open(alice)
+    asked = say(alice, conversation_id, "I want to exchange my shoes for size 43").json()
     worker.tick()
     run = AgentRun.objects.get(pk=asked["run_id"])
     assert run.status == RunStatus.WAITING_USER
     assert run.wait_state["kind"] == "clarification"
 
     # when: the customer writes the answer into the conversation
-    answer = _say(alice, conversation_id, "It is ORD-1002")
+    answer = say(alice, conversation_id, "It is ORD-1002")
 
     # then: it resumed the same run instead of queueing behind it
     assert answer.status_code == 202
@@ -248,7 +226,7 @@ def test_a_message_answers_the_agents_question_and_resumes_the_same_run(demo, al
     assert run.status == RunStatus.WAITING_USER
     assert run.wait_state["kind"] == "confirmation"
     assert RunEvent.objects.filter(run=run, type="input.received").count() == 1
-    assert _statuses(conversation_id) == ["STARTED", "STARTED"]
+    assert message_statuses(conversation_id) == ["STARTED", "STARTED"]
     # and a message while it waits for the plan's confirmation queues as before
-    queued = _say(alice, conversation_id, "thanks")
+    queued = say(alice, conversation_id, "thanks")
     assert queued.json()["message"]["status"] == "QUEUED"

@@ -10,40 +10,73 @@ from django.db import transaction
 
 from runs import deltas
 from runs.deltas import DeltaHub, DeltaPublisher
+from tests.conftest import wait_for_async
 from tests.threads import run_coroutine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def hub_hearing(run: str, action, *, until, timeout: float = 10.0) -> tuple[list[dict], object]:
-    """Watch `run` on a fresh hub, do `action()` (a coroutine function), and collect what the
-    hub passes on until `until(messages)`; returns the messages and the hub's answer."""
+    """Watch `run` on a fresh hub, do `action(heard_so_far)` (a coroutine function; awaiting
+    heard_so_far() waits until the hub heard all that was published before), and collect
+    what the hub passes on until `until(messages)` and the hub heard all that was published;
+    returns the messages and the hub's answer."""
 
     async def scenario():
         hub = DeltaHub()
         heard: list[dict] = []
         hub.watch(run, heard.append)
-        # the listener connects before anything is published
-        await asyncio.sleep(0.3)
-        await action()
-        ends = time.monotonic() + timeout
-        while not until(heard) and time.monotonic() < ends:
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)
-        hub.listener.cancel()
+        try:
+            # the listener hears the channel before anything is published
+            await heard_so_far(hub)
+            await action(lambda: heard_so_far(hub))
+            await wait_for_async(
+                lambda: until(heard), timeout=timeout, message=f"the hub passed on only {heard}"
+            )
+            # and hears nothing more of the run after what was published until now
+            await heard_so_far(hub)
+        finally:
+            hub.listener.cancel()
         return heard, hub.answers.get(run)
 
     return run_coroutine(scenario())
+
+
+async def heard_so_far(hub: DeltaHub) -> None:
+    """Until the hub has heard everything published on the channel so far: a probe about a
+    run of its own, published after it (and again until heard, as a listener that is still
+    connecting misses what comes before), reaches the hub, and the channel keeps the order
+    of what is published."""
+    probe = f"probe-{os.getpid()}-{time.monotonic_ns()}"
+    probes: list[dict] = []
+    hub.watch(probe, probes.append)
+    sent = 0
+
+    async def probe_heard() -> bool:
+        nonlocal sent
+        sent += 1
+        message = {"run": probe, "gen": "0.1", "seq": sent, "text": ".", "at": time.time()}
+        await deltas.channel().publish([message])
+        return bool(probes)
+
+    try:
+        await wait_for_async(
+            probe_heard, interval=0.05, message="the hub never heard the delta channel"
+        )
+    finally:
+        hub.unwatch(probe, probes.append)
+        if isinstance(deltas.channel(), deltas.FileChannel):
+            deltas.channel().forget(probe)
 
 
 def test_published_deltas_are_heard_in_order_and_done_forgets_the_answer():
     run = f"run-{os.getpid()}-{time.monotonic_ns()}"
     publisher = DeltaPublisher(run=run, gen="2.1")
 
-    async def write():
+    async def write(_heard_so_far):
         for word in ["Your ", "order ", "ORD-1001 ", "was ", "delivered."]:
             await publisher.add(word)
-            await asyncio.sleep(deltas.FLUSH_SECONDS)
+            await publisher.flush()
         await publisher.flush(done=True)
 
     heard, answer = hub_hearing(run, write, until=lambda m: any(x.get("done") for x in m))
@@ -59,12 +92,12 @@ def test_nothing_published_after_a_runs_end_is_heard():
     run = f"run-{os.getpid()}-{time.monotonic_ns()}"
     publisher = DeltaPublisher(run=run, gen="0.1")
 
-    async def write_stop_write():
+    async def write_stop_write(heard_so_far):
         await publisher.add("Before the stop. ")
         await publisher.flush()
-        await asyncio.sleep(0.2)
+        await heard_so_far()
         await asyncio.to_thread(end_in_a_transaction, run)
-        await asyncio.sleep(0.2)
+        await heard_so_far()
         await publisher.add("After the stop.")
         await publisher.flush()
 

@@ -2,19 +2,25 @@
 them all, whatever their number."""
 
 import asyncio
-import time
+import threading
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from runs import event_stream, selectors, services
+from runs import event_stream, live_hub, selectors, services
 from runs.deltas import delta_hub
 from runs.event_stream import run_event_stream, stream_hub
 from runs.models import AgentRun
 from tests import factories
+from tests.conftest import wait_for_async
 from tests.threads import run_coroutine
 
 STATUS = "What is the status of order ORD-1001?"
+
+
+def _watching(hub) -> int:
+    """How many streams wait at the hub."""
+    return sum(len(streams) for streams in hub.streams.values())
 
 
 def _queued(demo, count: int) -> list[AgentRun]:
@@ -63,8 +69,12 @@ def test_thirty_streams_of_three_runs_share_one_hub_and_get_each_event_once(demo
 
     async def scenario() -> tuple[list[list[str]], int]:
         streams = [asyncio.create_task(watch(run)) for run in runs for _ in range(10)]
-        await asyncio.sleep(0.3)
-        reads_before = stream_hub().reads
+        hub = stream_hub()
+        await wait_for_async(
+            lambda: _watching(hub) == 30 and hub.reads and hub.read_delivered == hub.read_started,
+            message="the thirty streams never all waited at the hub after a read",
+        )
+        reads_before = hub.reads
         # when the runs are cancelled
         for run in runs:
             await sync_to_async(services.run_cancel)(run=run)
@@ -109,7 +119,10 @@ def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo
 
     async def scenario() -> list[list[str]]:
         streams = [asyncio.create_task(watch(0)), asyncio.create_task(watch(1))]
-        await asyncio.sleep(0.3)
+        hub = stream_hub()
+        await wait_for_async(
+            lambda: _watching(hub) == 2, message="the two streams never waited at the hub"
+        )
         # when the run is cancelled
         await sync_to_async(services.run_cancel)(run=run)
         return await asyncio.wait_for(asyncio.gather(*streams), 10)
@@ -124,7 +137,7 @@ def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo
 @pytest.mark.django_db(transaction=True)
 def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
     # given a run that stays queued, and streams that last 1 s with a keep-alive each 0.3 s
-    monkeypatch.setattr(event_stream, "STREAM_SECONDS", 1.0)
+    monkeypatch.setattr(live_hub, "STREAM_SECONDS", 1.0)
     monkeypatch.setattr(event_stream, "KEEPALIVE_SECONDS", 0.3)
     (run,) = _queued(demo, 1)
 
@@ -142,27 +155,33 @@ def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 def test_text_being_written_follows_the_events_committed_before_it(demo, monkeypatch):
-    # given a running run whose events are slow to read, and text of its answer that
-    # arrives before the first read is done
+    # given a running run whose first read of events is held until the test lets it finish,
+    # and text of its answer that arrives while that read is under way
     (run,) = _queued(demo, 1)
-    slow_read = event_stream._read
+    reading, may_finish = threading.Event(), threading.Event()
+    read = event_stream._read
 
-    def read_slowly(cursors):
-        time.sleep(0.3)
-        return slow_read(cursors)
+    def read_held(cursors):
+        reading.set()
+        assert may_finish.wait(10), "the test never let the read finish"
+        return read(cursors)
 
-    monkeypatch.setattr(event_stream, "_read", read_slowly)
+    monkeypatch.setattr(event_stream, "_read", read_held)
 
     async def watch() -> list[str]:
         chunks = []
         stream = run_event_stream(run.pk, after=0)
-        chunks.append(await anext(stream))
-        reading = asyncio.ensure_future(anext(stream))
-        await asyncio.sleep(0.05)
-        delta_hub().hear({"run": str(run.pk), "gen": "1.1", "seq": 1, "text": "Hello", "at": 0})
-        chunks.append(await reading)
-        chunks.append(await anext(stream))
-        await stream.aclose()
+        try:
+            chunks.append(await anext(stream))
+            next_chunk = asyncio.ensure_future(anext(stream))
+            await wait_for_async(reading.is_set, message="the hub never began its first read")
+            delta_hub().hear({"run": str(run.pk), "gen": "1.1", "seq": 1, "text": "Hello", "at": 0})
+            may_finish.set()
+            chunks.append(await next_chunk)
+            chunks.append(await anext(stream))
+        finally:
+            may_finish.set()
+            await stream.aclose()
         return chunks
 
     # when a stream follows it

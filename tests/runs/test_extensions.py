@@ -11,31 +11,15 @@ import pytest
 from django.core.management import call_command
 
 from runs import extensions, services, worker
-from runs.models import AgentRelease, RunEvent, RunStatus, ToolExecution
-from runs.releases import ReleaseManifest, ToolDeclaration, default_limits, graph_release_default
+from runs.extensions import PENDING_FIELD_TYPES, ExtensionError, Interrupt, WaitKind
+from runs.models import RunEvent, RunStatus, ToolExecution
+from runs.serializers import PENDING_FIELDS
+from tests import factories
 from tests.extension_app import signoff
 
 pytestmark = pytest.mark.django_db
 
 RUNTIME = Path(extensions.__file__).resolve().parent
-
-
-def _publish_signoff_release(demo) -> None:
-    latest = AgentRelease.objects.filter(merchant=demo).order_by("-version").first()
-    manifest = ReleaseManifest(
-        model=f"scripted:{signoff.SCRIPT}",
-        tools=[ToolDeclaration(name=signoff.TOOL)],
-        limits=default_limits(),
-    )
-    services.release_save(
-        release=AgentRelease(
-            merchant=demo,
-            version=latest.version + 1,
-            graph_version=graph_release_default().version,
-            manifest=manifest.model_dump(),
-            published=True,
-        )
-    )
 
 
 def _work() -> None:
@@ -44,7 +28,9 @@ def _work() -> None:
 
 def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(demo, api):
     # given a shop whose release plays the sign-off script
-    _publish_signoff_release(demo)
+    factories.release_publish(
+        merchant=demo, model=f"scripted:{signoff.SCRIPT}", tools=[signoff.TOOL]
+    )
     alice = api("alice")
 
     # when alice asks and a worker runs the agent
@@ -104,9 +90,30 @@ def test_the_new_kind_appears_in_the_openapi_schema():
     assert pending["properties"]["note"] == {"type": "string", "nullable": True}
 
 
+def test_a_pending_field_of_a_type_no_client_reads_is_refused_when_registered():
+    # given a wait kind whose pending field is a float (JSON clients would lose its digits)
+    kind = WaitKind(
+        name="weigh", payload=None, status=RunStatus.WAITING_USER, pending_fields={"weight": float}
+    )
+
+    # when its interrupt registers, then it is refused, naming the field and the types
+    with pytest.raises(ExtensionError, match="'weight' of 'weigh' is a <class 'float'>"):
+        extensions.interrupt_register(
+            Interrupt(policy="weighing", pause=lambda **_: None, kinds=(kind,))
+        )
+    assert extensions.wait_kind("weigh") is None and extensions.interrupt_for("weighing") is None
+
+
+def test_every_type_a_pending_field_may_have_is_rendered():
+    assert set(PENDING_FIELDS) == set(PENDING_FIELD_TYPES)
+
+
 def test_the_runtime_knows_neither_the_after_sales_domain_nor_the_extension():
+    # The gate's own words too (escalations, votes); "approval" stays, as the run's status
+    # WAITING_APPROVAL and the manifest's approval_ttl_seconds are the runtime's (DESIGN, API).
     domain_words = re.compile(
-        r"ticket|refund|exchange|ORD-|after.sales|proposal|sku|signoff|sign-off", re.IGNORECASE
+        r"ticket|refund|exchange|ORD-|after.sales|proposal|sku|signoff|sign-off|escalat|vote",
+        re.IGNORECASE,
     )
     found = [
         f"{path.relative_to(RUNTIME.parent)}:{number}: {line.strip()}"

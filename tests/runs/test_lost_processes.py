@@ -10,7 +10,7 @@ from runs import services
 from runs.models import AgentRun, RunStatus, WorkerHeartbeat
 from tests import factories
 from tests.runs import helpers
-from tests.runs.test_worker_claim import customer_with_order, queue
+from tests.runs.helpers import customer_with_order, queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

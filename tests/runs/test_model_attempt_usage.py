@@ -24,6 +24,7 @@ from runs.services import Lease, LostRun, StepCommit
 from tests import factories, threads
 from tests.conftest import wait_for
 from tests.runs import helpers
+from tests.runs.conversation_helpers import say
 from tests.threads import Background
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,12 +55,6 @@ def model(settings, stub):
         return endpoint
 
     return use
-
-
-def _say(client, conversation_id: str, text: str):
-    return client.post(
-        f"/api/v1/conversations/{conversation_id}/messages", {"text": text}, format="json"
-    )
 
 
 def _worker_in_the_call(endpoint) -> tuple[Lease, Background]:
@@ -111,13 +106,13 @@ def _start_and_stop(how: str, demo, api, endpoint) -> str:
         run_id = _queue_for_alice(demo)
     else:
         conversation = alice.post("/api/v1/conversations", {}, format="json").json()["id"]
-        run_id = _say(alice, conversation, STATUS).json()["run_id"]
+        run_id = say(alice, conversation, STATUS).json()["run_id"]
     _lease, working = _worker_in_the_call(endpoint)
     if how == "service":
         services.run_cancel(run=AgentRun.objects.get(pk=run_id), reason="stopped by a test")
     else:
         client = api("sam") if how == "/takeover" else alice
-        assert _say(client, conversation, how).json()["result"]["cancelled_run_id"] == run_id
+        assert say(client, conversation, how).json()["result"]["cancelled_run_id"] == run_id
     assert AgentRun.objects.get(pk=run_id).status == RunStatus.CANCELLED
     working.join()
     return run_id

@@ -11,7 +11,7 @@ from django.utils import timezone
 from runs import services, worker
 from runs.models import ACTIVE_STATUSES, AgentRun, ErrorCode, RunStatus
 from tests import factories
-from tests.approvals.test_approval_edges import _approved_refund_with_a_broken_snapshot
+from tests.approvals.refund_helpers import approved_refund_with_a_broken_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +23,7 @@ def parked(demo, api) -> AgentRun:
     """A run parked in a shop of capacity 1."""
     demo.max_running_runs = 1
     demo.save(update_fields=["max_running_runs"])
-    run, _ = _approved_refund_with_a_broken_snapshot(demo, api)
+    run, _ = approved_refund_with_a_broken_snapshot(api)
     worker.tick()
     run.refresh_from_db()
     assert run.status == RunStatus.PARKED

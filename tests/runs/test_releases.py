@@ -2,7 +2,6 @@
 needs a person's decision keeps needing it whatever a release says."""
 
 from django.contrib.auth.models import User
-from django.test import Client
 
 from approvals.models import Approval
 from runs import worker
@@ -11,12 +10,7 @@ from runs.releases import ReleaseManifest, ToolDeclaration
 from runs.services import release_save
 from runs.tools import TOOLS
 from tests import factories
-
-
-def _admin() -> Client:
-    client = Client()
-    client.force_login(User.objects.get(username="admin"))
-    return client
+from tests.pages import signed_in
 
 
 def test_publishing_a_release_unpublishes_the_previous_one(demo):
@@ -37,7 +31,7 @@ def test_publishing_a_release_unpublishes_the_previous_one(demo):
 
 
 def test_admin_refuses_an_invalid_manifest_and_an_unknown_graph(demo):
-    response = _admin().post(
+    response = signed_in("admin").post(
         "/admin/runs/agentrelease/add/",
         {
             "merchant": demo.pk,

@@ -14,17 +14,16 @@ from runs.services import LostRun
 from tests import factories
 from tests.conftest import wait_for
 from tests.runs import helpers
-from tests.runs.test_worker_claim import (
+from tests.runs.helpers import (
     STOCK_QUESTION,
-    Background,
     assert_completed_once,
     assert_timeline_contiguous,
     customer_with_order,
-    in_threads,
     queue,
     tool_started,
     types,
 )
+from tests.threads import Background, in_threads_numbered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,7 +70,7 @@ def test_racing_batch_claims_never_exceed_the_shops_capacity(capacity):
     _queued(shop, 9)
 
     # when: four workers each claim a batch at once
-    batches = in_threads(lambda _: services.runs_claim(limit=4), 4)
+    batches = in_threads_numbered(lambda _: services.runs_claim(limit=4), 4)
 
     # then
     claimed = [lease.run_id for batch in batches for lease in batch]

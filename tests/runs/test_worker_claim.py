@@ -4,11 +4,9 @@ Every thread works on its own database connection and closes it at its end; the 
 run on SQLite (IMMEDIATE transactions, no row locks) and on PostgreSQL (row locks).
 """
 
-import functools
 import time
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import time_machine
@@ -34,37 +32,24 @@ from runs.models import (
 from runs.releases import Limits, ReleaseManifest, ToolDeclaration, graph_release_default
 from runs.services import LostRun, StepCommit
 from runs.tools import TOOLS
-from tests import factories, threads
+from tests import factories
 from tests.conftest import wait_for
 from tests.runs import helpers
-from tests.threads import Background
+from tests.runs.helpers import (
+    STOCK_QUESTION,
+    assert_completed_once,
+    assert_timeline_contiguous,
+    customer_with_order,
+    events,
+    queue,
+    tool_started,
+    types,
+)
+from tests.threads import Background, in_threads_numbered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T = TypeVar("T")
-
-STATUS_QUESTION = "What is the status of order {order}?"
-STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
-
-
 # --- helpers -------------------------------------------------------------------------------
-
-
-def in_threads(target: Callable[[int], T], count: int) -> list[T]:
-    """Run target(i) in `count` threads released together; re-raise the first error."""
-    return threads.in_threads([functools.partial(target, index) for index in range(count)])
-
-
-def customer_with_order(merchant: Merchant, number: str) -> User:
-    customer = factories.user_create(merchant=merchant)
-    factories.order_create(merchant=merchant, customer=customer, number=number)
-    return customer
-
-
-def queue(customer: User, merchant: Merchant, order: str, question: str = STATUS_QUESTION):
-    return factories.run_queue(
-        customer=customer, merchant=merchant, message=question.format(order=order)
-    )
 
 
 def publish_limits(merchant: Merchant, **limits: int) -> None:
@@ -85,34 +70,12 @@ def expire_lease(run_id) -> None:
     )
 
 
-def events(run_id) -> list[tuple[int, str]]:
-    return list(RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("seq", "type"))
-
-
-def types(run_id) -> list[str]:
-    return [event_type for _, event_type in events(run_id)]
-
-
 def attempts(run_id) -> list[tuple[int, int, str]]:
     return list(
         ModelAttempt.objects.filter(run_id=run_id)
         .order_by("step", "attempt")
         .values_list("step", "attempt", "status")
     )
-
-
-def assert_timeline_contiguous(run_id) -> None:
-    seqs = [seq for seq, _ in events(run_id)]
-    assert seqs == list(range(1, len(seqs) + 1))
-    assert AgentRun.objects.get(pk=run_id).last_event_seq == len(seqs)
-
-
-def assert_completed_once(run_id) -> None:
-    run = AgentRun.objects.get(pk=run_id)
-    assert run.status == RunStatus.COMPLETED, (run.status, run.error_code, run.error_detail)
-    assert types(run_id).count("run.completed") == 1
-    assert types(run_id)[-1] == "run.completed"
-    assert_timeline_contiguous(run_id)
 
 
 def snapshot(run_id) -> dict[str, Any]:
@@ -142,12 +105,6 @@ def snapshot(run_id) -> dict[str, Any]:
     }
 
 
-def tool_started(run_id, tool: str) -> Callable[[], bool]:
-    return lambda: RunEvent.objects.filter(
-        run_id=run_id, type="tool.started", data__tool=tool
-    ).exists()
-
-
 # --- claiming races ------------------------------------------------------------------------
 
 
@@ -159,7 +116,7 @@ def test_concurrent_claims_of_one_run_give_exactly_one_lease(workers):
     run = queue(customer, shop, "ORD-1")
 
     # when: several workers claim at the same moment
-    leases = in_threads(lambda _: helpers.run_claim(), workers)
+    leases = in_threads_numbered(lambda _: helpers.run_claim(), workers)
 
     # then: one lease, token 1, one run.started
     won = [lease for lease in leases if lease is not None]
@@ -181,7 +138,7 @@ def test_tick_delivered_twice_at_once_executes_the_run_once():
     run = queue(customer, shop, "ORD-7")
 
     # when: both ticks start at the same moment
-    executed = in_threads(lambda _: worker.tick(), 2)
+    executed = in_threads_numbered(lambda _: worker.tick(), 2)
 
     # then: one of them executed it, once
     assert sorted(executed) == [0, 1]
@@ -229,7 +186,7 @@ def test_four_workers_complete_twenty_runs_of_several_customers_exactly_once(dem
         run_ids.append(queue(customer, shop, number, "Where is {order}, please?").pk)
 
     # when: four workers tick at once
-    executed = in_threads(lambda _: worker.tick(), 4)
+    executed = in_threads_numbered(lambda _: worker.tick(), 4)
 
     # then: every run completed exactly once; nothing duplicated, nothing lost
     assert sum(executed) == 20
@@ -273,7 +230,7 @@ def test_cancels_racing_four_workers_leave_each_run_with_one_final_word(demo, st
                 pass
         return cancelled
 
-    *_, cancelled = in_threads(act, 4)
+    *_, cancelled = in_threads_numbered(act, 4)
 
     # then: every run ended, with exactly one final event, which is its last
     final = {"run.completed", "run.failed", "run.cancelled"}

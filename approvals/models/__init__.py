@@ -1,0 +1,64 @@
+"""The after-sales app's data, one module per concern; every model is registered here, where
+Django looks for an app's models."""
+
+from approvals.models.gate import (
+    Approval,
+    ApprovalPolicy,
+    ApprovalPolicyVersion,
+    ApprovalStatus,
+    ApprovalVote,
+    CancelCause,
+    Decision,
+    args_digest,
+)
+from approvals.models.outbox import (
+    Delivery,
+    DeliveryStatus,
+    Transport,
+)
+from approvals.models.plans import (
+    TICKET_OPEN_STATUSES,
+    BusinessEvent,
+    BusinessEventKind,
+    Confirmation,
+    PlanDecision,
+    PlanReview,
+    Proposal,
+    Ticket,
+    TicketStatus,
+)
+from approvals.models.shop import (
+    FollowupRequest,
+    Order,
+    OrderStatus,
+    Refund,
+    StockLevel,
+)
+
+__all__ = [
+    "TICKET_OPEN_STATUSES",
+    "Approval",
+    "ApprovalPolicy",
+    "ApprovalPolicyVersion",
+    "ApprovalStatus",
+    "ApprovalVote",
+    "BusinessEvent",
+    "BusinessEventKind",
+    "CancelCause",
+    "Confirmation",
+    "Decision",
+    "Delivery",
+    "DeliveryStatus",
+    "FollowupRequest",
+    "Order",
+    "OrderStatus",
+    "PlanDecision",
+    "PlanReview",
+    "Proposal",
+    "Refund",
+    "StockLevel",
+    "Ticket",
+    "TicketStatus",
+    "Transport",
+    "args_digest",
+]

@@ -1,0 +1,142 @@
+"""The one core of every live stream (a run's events, the portal's live pages): the streams
+of one event loop (one web process) wait on a hub, by what they watch, and one task reads
+what changed for all of them at once, in a thread of the loop's pool and only while it
+reads; and the framing of server-sent events those streams write."""
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, Protocol, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+logger = logging.getLogger(__name__)
+
+# A stream ends after at most this long (the client reconnects), so that one the client
+# forgot does not hold its slot for ever; each lasts a random part of the last fifth less, so
+# that pages opened together do not all come back at once. Reconnects are the costly part of
+# a held stream: a thousand 30 s streams took the web server's CPU from a third to all of a
+# core.
+STREAM_SECONDS = 300.0
+STREAM_JITTER = 0.2
+# A comment line this often on a quiet stream: proxies close connections that stay silent
+# (nginx after 60 s), and writing is how the server learns that a client went away.
+KEEPALIVE_SECONDS = 15.0
+KEEPALIVE = ": keep-alive\n\n"
+
+
+def stream_deadline() -> float:
+    """When a stream opened now ends (time.monotonic()), jitter included."""
+    return time.monotonic() + STREAM_SECONDS * (1 - random.uniform(0, STREAM_JITTER))
+
+
+def sse_retry(milliseconds: int) -> str:
+    return f"retry: {milliseconds}\n\n"
+
+
+def sse_event(event: str, data: str, *, event_id: int | None = None) -> str:
+    said = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{said}event: {event}\ndata: {data}\n\n"
+
+
+class Subscriber(Protocol):
+    def deliver(self, news: Any) -> None: ...
+
+
+Key = TypeVar("Key", bound=Hashable)
+S = TypeVar("S", bound=Subscriber)
+
+
+class PollingHub(Generic[Key, S]):
+    """The streams of one event loop, by key, and the one task that reads for them: at once
+    when a stream joins, then every `every` seconds (at least `gap` apart, so that streams
+    opened together are answered by one read); the task ends when the last stream leaves.
+
+    `read` gets the watched keys with their streams and returns the news per key, which each
+    of the key's streams is given (`deliver`); it runs in a thread of the loop's pool, and
+    its database connection is closed after it.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[dict[Key, set[S]]], dict[Key, Any]],
+        *,
+        every: float,
+        gap: float = 0.0,
+        name: str,
+    ) -> None:
+        self.read, self.every, self.gap, self.name = read, every, gap, name
+        self.subscribers: dict[Key, set[S]] = {}
+        self.wake = asyncio.Event()
+        self.reader: asyncio.Task | None = None
+        self.failing = False
+        self.reads = 0
+        # The number of the read under way, and of the last one whose news was delivered: a
+        # stream knows it has had what was committed when it joined once a read that began
+        # after that was delivered.
+        self.read_started = 0
+        self.read_delivered = 0
+
+    def join(self, key: Key, subscriber: S) -> S:
+        self.subscribers.setdefault(key, set()).add(subscriber)
+        self.wake.set()
+        if self.reader is None or self.reader.done():
+            self.reader = asyncio.get_running_loop().create_task(self._read_while_watched())
+        return subscriber
+
+    def leave(self, key: Key, subscriber: S) -> None:
+        watching = self.subscribers.get(key)
+        if watching is not None:
+            watching.discard(subscriber)
+            if not watching:
+                del self.subscribers[key]
+
+    def _read_closing(self, watched: dict[Key, set[S]]) -> dict[Key, Any]:
+        try:
+            return self.read(watched)
+        finally:
+            connection.close()
+
+    async def _read_while_watched(self) -> None:
+        read = sync_to_async(self._read_closing, thread_sensitive=False)
+        while self.subscribers:
+            self.wake.clear()
+            self.read_started += 1
+            this_read = self.read_started
+            watched = {key: set(streams) for key, streams in self.subscribers.items()}
+            try:
+                news = await read(watched)
+            except Exception:
+                # The database is away: the streams keep what they have; read again later.
+                if not self.failing:
+                    logger.warning("%s could not read; trying again", self.name, exc_info=True)
+                self.failing, news = True, {}
+            else:
+                self.failing = False
+            self.reads += 1
+            for key, told in news.items():
+                for subscriber in list(self.subscribers.get(key, ())):
+                    subscriber.deliver(told)
+            self.read_delivered = this_read
+            if self.gap:
+                await asyncio.sleep(self.gap)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.every - self.gap)
+
+
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, PollingHub]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def loop_hub(name: str, make: Callable[[], PollingHub]) -> PollingHub:
+    """The running event loop's hub called `name`, made by `make` the first time."""
+    hubs = _hubs.setdefault(asyncio.get_running_loop(), {})
+    if name not in hubs:
+        hubs[name] = make()
+    return hubs[name]

@@ -13,7 +13,7 @@ admin.site.site_title = "Agent Portal"
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/portal/", permanent=False)),
-    path("portal/", include("approvals.portal_urls")),
+    path("portal/", include("approvals.portal.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", monitoring.metrics, name="metrics"),
     path("admin/", admin.site.urls),

@@ -13,8 +13,8 @@ from django.utils.html import format_html, format_html_join
 from agentportal import errors
 from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
-from approvals import services
-from approvals.approval_views import changed_meanwhile_said
+from approvals.gate import services
+from approvals.gate.policy_admin import ApprovalPolicyAdmin
 from approvals.models import (
     Approval,
     ApprovalPolicy,
@@ -26,8 +26,8 @@ from approvals.models import (
     StockLevel,
     Ticket,
 )
-from approvals.policy_admin import ApprovalPolicyAdmin
-from approvals.ticket_admin import TicketAdmin
+from approvals.plans.admin import TicketAdmin
+from approvals.portal.approval_views import changed_meanwhile_said
 
 admin.site.register(ApprovalPolicy, ApprovalPolicyAdmin)
 admin.site.register(Ticket, TicketAdmin)

@@ -9,9 +9,10 @@ from rest_framework.views import APIView
 
 from agentportal.problems import Problem
 from agentportal.schema import ids_from, link, problems
-from approvals import plans, selectors, services
+from approvals import plans, selectors
+from approvals.gate import services
+from approvals.gate.policies import PolicyRules, policy_tool_names, policy_update
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
-from approvals.policies import PolicyRules, policy_tool_names, policy_update
 from approvals.request_shapes import decision_bodies, ticket_decide_bodies, ticket_revise_bodies
 from approvals.serializers import (
     ApprovalPageSerializer,

@@ -8,16 +8,10 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The after-sales domain plugs into the generic runtime here; `runs` never imports
         # this app.
-        from approvals import (
-            escalation,
-            interrupts,
-            outbox,
-            plans,
-            script,
-            services,
-            timeline_sentences,
-            tools,
-        )
+        from approvals import interrupts, plans
+        from approvals.gate import escalation, services, timeline_sentences
+        from approvals.notify import outbox
+        from approvals.shop import script, tools
         from runs import extensions
         from runs.releases import GraphRelease, graph_release_register
 

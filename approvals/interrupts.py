@@ -1,7 +1,8 @@
 """What the after-sales domain plugs into the runtime's interrupts (runs.extensions): a call
 that waits for a supervisor's approval, and a plan that waits for its confirmation and review."""
 
-from approvals import calls, plans, policies, run_ends
+from approvals import plans, run_ends
+from approvals.gate import calls, policies
 from runs.extensions import Interrupt, WaitKind
 from runs.models import RunStatus
 

@@ -8,8 +8,8 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from approvals.calls import call_moved, calls_snapshot
 from approvals.customer_words import call_name
+from approvals.gate.calls import call_moved, calls_snapshot
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     Approval,

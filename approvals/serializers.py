@@ -14,7 +14,7 @@ from agentportal.serializers import (
     StrictIntegerField,
     StrictSerializer,
 )
-from approvals.exchange_items import ExchangeItems
+from approvals.gate.policies import MAX_SECONDS, policy_amount_fields
 from approvals.models import (
     Approval,
     ApprovalStatus,
@@ -24,7 +24,7 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
-from approvals.policies import MAX_SECONDS, policy_amount_fields
+from approvals.plans.exchange_items import ExchangeItems
 from runs.serializers import RunSerializer
 
 DIGEST = re.compile(r"[0-9a-f]{64}")

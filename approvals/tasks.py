@@ -1,6 +1,8 @@
 """django-q2 entry points of the approvals app. Each is safe to run twice."""
 
-from approvals import escalation, outbox, plans
+from approvals import plans
+from approvals.gate import escalation
+from approvals.notify import outbox
 
 
 def deliver() -> int:

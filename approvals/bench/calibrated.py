@@ -13,11 +13,11 @@ from django.db.models import Sum
 
 from agentportal.models import Merchant, Role
 from agentportal.principals import Principal
-from approvals import services as approval_services
 from approvals.bench.context import Bench
 from approvals.bench.shop import BENCH_SUPERVISOR, BenchShop, bench_shop
+from approvals.gate import services as approval_services
+from approvals.gate.policies import PolicyRules, policy_update
 from approvals.models import Approval
-from approvals.policies import PolicyRules, policy_update
 from runs import worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunStatus

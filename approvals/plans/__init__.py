@@ -9,7 +9,8 @@ Two halves that meet only through BusinessEvent rows:
 Lock order: Conversation -> AgentRun -> Ticket.
 
 The package's modules: `waits` (the worker's side: the pause and the waits), `commands` (the
-ticket commands) and `reconcile` (the run meeting its plan's events).
+ticket commands), `reconcile` (the run meeting its plan's events), `exchange_items` (what an
+exchange line may ask for), `selectors` (a plan in people's words) and `admin`.
 """
 
 from approvals.plans.commands import (

@@ -15,7 +15,6 @@ from agentportal.principals import Principal
 from agentportal.problems import pydantic_errors
 from agentportal.selectors import principal_for_user
 from approvals import locks
-from approvals.exchange_items import ExchangeItems, exchange_items_problem
 from approvals.models import (
     TICKET_OPEN_STATUSES,
     BusinessEvent,
@@ -28,6 +27,7 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
+from approvals.plans.exchange_items import ExchangeItems, exchange_items_problem
 from approvals.plans.waits import proposal_summary
 from runs import services as run_services
 from runs.locks import run_lock

@@ -7,14 +7,14 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from approvals import notifications
-from approvals.calls import decider_still_allowed
+from approvals.gate.calls import decider_still_allowed
 from approvals.models import (
     BusinessEvent,
     BusinessEventKind,
     Confirmation,
     TicketStatus,
 )
+from approvals.notify import notifications
 from approvals.plans.waits import plan_interrupt_id, plan_wait, proposal_summary
 from runs import services as run_services
 from runs.locks import run_lock

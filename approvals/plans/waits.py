@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from approvals import selectors
 from approvals.customer_words import plan_lines
-from approvals.exchange_items import exchange_items_problem
 from approvals.models import (
     BusinessEvent,
     BusinessEventKind,
@@ -18,6 +17,7 @@ from approvals.models import (
     Ticket,
     TicketStatus,
 )
+from approvals.plans.exchange_items import exchange_items_problem
 from runs import services as run_services
 from runs.extensions import WaitKind
 from runs.inputs import wait_pause

@@ -5,8 +5,8 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 
 from agentportal.models import Merchant
+from approvals.gate.policies import PolicyRules, policy_update
 from approvals.models import Approval, ApprovalPolicy
-from approvals.policies import PolicyRules, policy_update
 from runs import worker
 from runs.models import AgentRun
 from tests import factories

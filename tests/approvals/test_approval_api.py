@@ -23,8 +23,8 @@ from rest_framework.test import APIClient
 from agentportal.models import ApiKey, Membership, Role
 from agentportal.problems import CONTENT_TYPE
 from agentportal.services import api_key_create, api_key_revoke, membership_revoke
+from approvals.gate.services import approvals_expire_due
 from approvals.models import Approval, ApprovalStatus, Order, Refund
-from approvals.services import approvals_expire_due
 from runs import worker
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus, ToolExecution, ToolStatus
 from runs.snapshot import snapshot_parse

@@ -17,8 +17,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agentportal.problems import CONTENT_TYPE
+from approvals.gate.services import approvals_expire_due
 from approvals.models import Approval, ApprovalStatus, Refund
-from approvals.services import approvals_expire_due
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus, ToolExecution
 from runs.snapshot import snapshot_parse

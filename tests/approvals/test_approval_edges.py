@@ -54,7 +54,7 @@ def test_a_webhook_url_with_a_bad_port_does_not_break_maintain(demo, settings):
     demo.save()
     _run(demo, "I want a refund for ORD-1003 amount 20")
 
-    from approvals import outbox
+    from approvals.notify import outbox
 
     outbox.deliveries_deliver_due()
     assert "port" in Delivery.objects.get(transport=Transport.WEBHOOK).last_error

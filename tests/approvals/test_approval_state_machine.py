@@ -37,6 +37,8 @@ from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
 from agentportal.services import api_key_create
+from approvals.gate.policies import call_requirement
+from approvals.gate.services import DecisionRequest, approval_decide, approvals_expire_due
 from approvals.models import (
     Approval,
     ApprovalStatus,
@@ -46,8 +48,6 @@ from approvals.models import (
     Refund,
     args_digest,
 )
-from approvals.policies import call_requirement
-from approvals.services import DecisionRequest, approval_decide, approvals_expire_due
 from runs import services, worker
 from runs.models import (
     ACTIVE_STATUSES,

@@ -9,7 +9,7 @@ import time_machine
 from django.contrib.auth.models import User
 from django.test import Client
 
-from approvals import services
+from approvals.gate import services
 from approvals.models import Approval
 from runs import worker
 from runs.models import AgentRun, RunStatus

@@ -13,7 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from approvals import live, live_answers, selectors
+from approvals import selectors
+from approvals.portal import live, live_answers
 from runs import conversations, worker
 from runs.deltas import delta_hub
 from runs.models import AgentRun, ConversationMessage, RunStatus
@@ -41,7 +42,7 @@ def _text(message: ConversationMessage, gen: str, seq: int, text: str) -> dict:
 
 
 class ChatStream:
-    """alice's chat stream (approvals.live.page_stream) read in a task of the running loop."""
+    """alice's chat stream (approvals.portal.live.page_stream), read in a task of the loop."""
 
     def __init__(self, alice: int, seen: str) -> None:
         self.chunks: list[str] = []

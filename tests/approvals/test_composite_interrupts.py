@@ -7,8 +7,8 @@ import pytest
 import time_machine
 from django.contrib.auth.models import User
 
+from approvals.gate.services import approvals_expire_due
 from approvals.models import Approval, ApprovalStatus, Refund
-from approvals.services import approvals_expire_due
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus
 from runs.services import run_cancel

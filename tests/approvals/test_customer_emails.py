@@ -7,7 +7,8 @@ import pytest
 import time_machine
 from django.contrib.auth.models import User
 
-from approvals import services, tasks
+from approvals import tasks
+from approvals.gate import services
 from approvals.models import Approval, Delivery, DeliveryStatus
 from tests.approvals.refund_helpers import refund_run_waiting
 
@@ -96,7 +97,7 @@ def test_a_failed_send_is_tried_again_later_and_not_sooner(demo, mailoutbox, mon
     # given a decision whose first sending fails
     _decide(refund_run_waiting(REFUND_30).approval, "approve")
     monkeypatch.setattr(
-        "approvals.outbox.send_mail",
+        "approvals.notify.outbox.send_mail",
         lambda **kwargs: (_ for _ in ()).throw(OSError("mail server down")),
     )
     assert tasks.deliver() == 0

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals.decision_context import numbers_written, refund_warnings
+from approvals.gate.decision_context import numbers_written, refund_warnings
 from approvals.models import Approval, Order, Proposal
 from runs import conversations, worker
 from tests.approvals.plan_helpers import command, exchange_run, ticket_of

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals import escalation
+from approvals.gate import escalation
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Refund
 from runs import worker
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run

@@ -7,8 +7,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals import escalation, live, presence, selectors, services
+from approvals import selectors
+from approvals.gate import escalation, services
 from approvals.models import Approval, ApprovalStatus, ApprovalVote
+from approvals.portal import live, presence
 from runs import conversations, worker
 from tests.approvals.plan_helpers import exchange_run, ticket_of
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run

@@ -9,8 +9,8 @@ import time_machine
 from django.core import mail
 from django.db import transaction
 
-from approvals import outbox
 from approvals.models import Delivery, DeliveryStatus, Transport
+from approvals.notify import outbox
 from tests.approvals.refund_helpers import refund_run_waiting
 from tests.threads import in_threads
 
@@ -90,7 +90,7 @@ def test_a_failing_email_is_retried_with_backoff_then_given_up(demo, monkeypatch
     def refuse(**kwargs):
         raise OSError("mail server down")
 
-    monkeypatch.setattr("approvals.outbox.send_mail", refuse)
+    monkeypatch.setattr("approvals.notify.outbox.send_mail", refuse)
     delivery = outbox.delivery_queue(
         merchant=demo,
         transport=Transport.EMAIL,

@@ -3,9 +3,9 @@ versions."""
 
 from django.contrib.auth.models import User
 
-from approvals.forms import PlanLineForm
 from approvals.models import Proposal, Ticket
-from approvals.plan_selectors import plan_diff, plan_product_choices
+from approvals.plans.selectors import plan_diff, plan_product_choices
+from approvals.portal.forms import PlanLineForm
 from tests import factories
 from tests.approvals.plan_helpers import exchange_run, ticket_of
 

@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agentportal.models import Merchant, Role
-from approvals.escalation import approval_escalate
+from approvals.gate.escalation import approval_escalate
+from approvals.gate.services import approval_decide_as_user
 from approvals.models import Approval, ApprovalPolicy, ApprovalPolicyVersion
-from approvals.services import approval_decide_as_user
 from tests import factories
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
 from tests.pages import signed_in

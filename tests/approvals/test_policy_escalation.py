@@ -10,8 +10,10 @@ import time_machine
 from django_q.models import Schedule
 
 from agentportal.models import Role
-from approvals import escalation, outbox, tasks
+from approvals import tasks
+from approvals.gate import escalation
 from approvals.models import Approval, Delivery, DeliveryStatus, Transport
+from approvals.notify import outbox
 from runs.models import RunEvent, RunStatus
 from tests import factories
 from tests.approvals.policy_helpers import approval_of, policy_set, refund_run

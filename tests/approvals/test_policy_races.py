@@ -9,8 +9,8 @@ import time_machine
 from django.contrib.auth.models import User
 
 from agentportal.models import Membership, Role
+from approvals.gate.services import approvals_expire_due
 from approvals.models import ApprovalStatus, ApprovalVote, CancelCause, Refund
-from approvals.services import approvals_expire_due
 from runs import worker
 from runs.models import AgentRun, ErrorCode, RunEvent, RunStatus
 from runs.services import run_cancel

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from approvals.models import Order, Refund
-from approvals.tools import IssueRefundArgs, issue_refund
+from approvals.shop.tools import IssueRefundArgs, issue_refund
 from runs.tools import CancellationToken, ToolContext, ToolError
 
 pytestmark = pytest.mark.django_db

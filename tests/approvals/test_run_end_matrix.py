@@ -9,7 +9,7 @@ import time_machine
 from django.utils import timezone
 
 from approvals import plans, tasks
-from approvals import services as approval_services
+from approvals.gate import services as approval_services
 from approvals.models import Approval, ApprovalStatus, Refund, Ticket, TicketStatus
 from runs import selectors, services, worker
 from runs.models import FINISHED_STATUSES, AgentRun, RunEvent, RunStatus, ToolExecution, ToolStatus

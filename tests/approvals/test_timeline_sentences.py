@@ -3,7 +3,7 @@ decided (named only to readers who may know), escalations, and the call page sho
 
 from django.contrib.auth.models import User
 
-from approvals import services
+from approvals.gate import services
 from approvals.models import Approval
 from runs import worker
 from runs.models import RunEvent

@@ -12,8 +12,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agentportal.webhooks import UnsafeWebhookUrl, webhook_url_check
-from approvals import outbox
 from approvals.models import Approval, Delivery, DeliveryStatus, Transport
+from approvals.notify import outbox
 from runs.models import RunStatus
 from tests.approvals.refund_helpers import refund_run_waiting
 from tests.approvals.webhook_helpers import SECRET

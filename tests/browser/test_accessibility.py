@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals import escalation, services
+from approvals.gate import escalation, services
 from approvals.models import Approval, Ticket
 from runs import worker
 from tests import factories

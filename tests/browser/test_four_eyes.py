@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals import escalation
+from approvals.gate import escalation
 from approvals.models import Approval, ApprovalStatus, ApprovalVote
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
 from tests.browser.conftest import screenshot

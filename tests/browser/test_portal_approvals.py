@@ -5,8 +5,8 @@ from decimal import Decimal
 import pytest
 from django.core import mail
 
-from approvals import outbox
 from approvals.models import ApprovalStatus, Refund
+from approvals.notify import outbox
 from runs import worker
 from tests.approvals.refund_helpers import refund_run_waiting
 from tests.browser.conftest import screenshot

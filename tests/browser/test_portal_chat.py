@@ -4,7 +4,7 @@ shop decides, /stop and /new typed or by their buttons."""
 import pytest
 from django.contrib.auth.models import User
 
-from approvals import services
+from approvals.gate import services
 from approvals.models import Approval, ApprovalStatus
 from runs import worker
 from runs.models import AgentRun, Conversation, RunStatus

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from approvals.policies import APPROVAL_POLICY
+from approvals.gate.policies import APPROVAL_POLICY
 from runs.tools import Tool, ToolContext
 
 SCRIPT = "voucher"

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from approvals import plans
 from approvals.bench.scale.seed import CLAIMABLE, Scale
-from approvals.live import Topic, page_states
+from approvals.portal.live import Topic, page_states
 from runs import selectors
 from runs.serializers import RunEventSerializer
 from runs.services.retention import runs_prune_batch

@@ -11,8 +11,7 @@ from django.utils.html import format_html, format_html_join
 from agentportal.admin import OperatorScopedAdmin
 from agentportal.errors import InvalidInput
 from approvals import selectors
-from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
-from approvals.policies import (
+from approvals.gate.policies import (
     MAX_SECONDS,
     RULE_FIELDS,
     PolicyRules,
@@ -20,6 +19,7 @@ from approvals.policies import (
     policy_tool_names,
     policy_update,
 )
+from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
 
 
 class ApprovalPolicyForm(forms.ModelForm):

@@ -45,7 +45,7 @@ def chat_context(conversation: Conversation | None) -> dict:
             if row.run and row.run.status == RunStatus.WAITING_APPROVAL
             else None
         )
-        # Where the answer being written shows (approvals.live_answers): in the row of each
+        # Where the answer being written shows (approvals.portal.live_answers): in the row of each
         # message that may still be answered, also once stopped (its text stays, greyed).
         row.answer_slot = not row.answered_later and (
             not row.run.result

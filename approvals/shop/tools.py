@@ -13,10 +13,10 @@ from django.utils import timezone
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from approvals import locks, selectors
-from approvals.exchange_items import ExchangeItems, exchange_line_problem, sized_sku
+from approvals.gate.policies import APPROVAL_POLICY
 from approvals.models import FollowupRequest, Order, OrderStatus, Refund
 from approvals.plans import PLAN_POLICY
-from approvals.policies import APPROVAL_POLICY
+from approvals.plans.exchange_items import ExchangeItems, exchange_line_problem, sized_sku
 from runs.tools import Policy, Tool, ToolCancelled, ToolContext, ToolError, tool_register
 
 ORDER_NUMBER = r"^ORD-\d{1,12}$"

@@ -1,13 +1,13 @@
 """Live pages: an open page holds one server-sent event stream that says when what the page
 shows has changed (`changed`, then the page fetches its new part) and who else is looking at
 it (`viewers`, a line of HTML swapped in place); a customer's chat also gets the answer being
-written, as it is written (`delta`, approvals.live_answers). A page nothing happens to makes
+written, as it is written (`delta`, approvals.portal.live_answers). A page nothing happens to makes
 no requests.
 
 Every page stream of a web process waits on one hub (per event loop, as the run event streams
 do); once a second the hub reads the state of every watched page in a few statements, in a
 thread of the loop's pool, and wakes the streams whose page changed (runs.live_hub). Who is
-viewing is approvals.presence's."""
+viewing is approvals.portal.presence's."""
 
 import asyncio
 import hashlib
@@ -21,9 +21,10 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Count, F
 
-from approvals import presence, selectors
-from approvals.live_answers import AnswerFollower
+from approvals import selectors
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
+from approvals.portal import presence
+from approvals.portal.live_answers import AnswerFollower
 from runs import live_hub
 
 logger = logging.getLogger(__name__)
@@ -185,7 +186,7 @@ async def page_stream(
     """`changed` when the page's digest is no longer `seen` (what the page was drawn from),
     `viewers` when the others viewing it change (told as viewers_html tells the page's
     customer when `customer_of` names the shop), and on a chat the answer being written as
-    `delta` events (approvals.live_answers); a comment line when quiet."""
+    `delta` events (approvals.portal.live_answers); a comment line when quiet."""
     ends = live_hub.stream_deadline()
     mark: Callable[[], object] = sync_to_async(
         lambda: _mark_presence(topic, user_id, username), thread_sensitive=False

@@ -1,6 +1,6 @@
 """A sensitive tool call as the worker meets it (DESIGN 6.1): paused for a person's decision,
 or decided at once by the shop's policy, then executed exactly once with the approved
-arguments. Decisions themselves are approvals.services.
+arguments. Decisions themselves are approvals.gate.services.
 
 Lock order: AgentRun -> Approval.
 """
@@ -18,8 +18,10 @@ from agentportal import errors
 from agentportal.models import ApiKey
 from agentportal.problems import pydantic_errors
 from agentportal.selectors import supervisor_memberships
-from approvals import escalation, locks, notifications, policies
+from approvals import locks
+from approvals.gate import escalation, policies
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
+from approvals.notify import notifications
 from runs import services as run_services
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, Node, RunStatus, ToolExecution, ToolStatus

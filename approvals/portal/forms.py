@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from pydantic import BaseModel
 
-from approvals.plan_selectors import ProductChoice
+from approvals.plans.selectors import ProductChoice
 
 
 class DecisionForm(forms.Form):

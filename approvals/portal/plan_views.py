@@ -10,9 +10,10 @@ from django.views.decorators.http import require_http_methods
 
 from agentportal import errors
 from agentportal.errors import DomainError
-from approvals import plan_selectors, plans, selectors
-from approvals.forms import PlanLineFormSet, PlanRevisionForm
+from approvals import plans, selectors
 from approvals.models import Ticket, TicketStatus
+from approvals.plans import selectors as plan_selectors
+from approvals.portal.forms import PlanLineFormSet, PlanRevisionForm
 
 # Why a plan that is no longer open cannot get a new version.
 CLOSED = {

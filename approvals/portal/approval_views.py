@@ -15,10 +15,12 @@ from django.views.decorators.http import require_http_methods
 
 from agentportal import errors
 from agentportal.errors import DomainError
-from approvals import calls, decision_context, live, selectors, services
-from approvals.decision_context import money
-from approvals.forms import ArgumentsForm, DecisionForm
+from approvals import selectors
+from approvals.gate import calls, decision_context, services
+from approvals.gate.decision_context import money
 from approvals.models import Approval, ApprovalStatus, Decision
+from approvals.portal import live
+from approvals.portal.forms import ArgumentsForm, DecisionForm
 from runs import timeline
 from runs.models import RunStatus
 from runs.tools import TOOLS

@@ -1,5 +1,5 @@
 """Human decisions on sensitive tool calls (DESIGN 6.1). Every change of an approval goes
-through here or approvals.calls (the worker's side): the API, the admin, the portal pages, the
+through here or approvals.gate.calls (the worker's side): the API, the admin, the portal pages, the
 worker and `maintain` call them.
 
 A call may need two people (the shop's four-eyes policy): each approval is an ApprovalVote for
@@ -21,9 +21,11 @@ from agentportal import errors
 from agentportal.principals import Principal
 from agentportal.problems import iso_z
 from agentportal.selectors import principal_for_user
-from approvals import locks, notifications, policies, selectors
-from approvals.calls import call_moved, call_replaced, tool_args_validate
+from approvals import locks, selectors
+from approvals.gate import policies
+from approvals.gate.calls import call_moved, call_replaced, tool_args_validate
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
+from approvals.notify import notifications
 from runs import services as run_services
 from runs.locks import run_lock
 from runs.models import AgentRun, RunStatus

@@ -9,8 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 from django_q.models import Schedule
 
-from approvals import locks, notifications
+from approvals import locks
 from approvals.models import Approval, ApprovalStatus
+from approvals.notify import notifications
 from runs import services as run_services
 from runs.locks import run_lock
 

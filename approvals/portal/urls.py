@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals import approval_views, live_views, plan_views, views
+from approvals.portal import approval_views, live_views, plan_views, views
 
 urlpatterns = [
     path("", views.portal_home, name="portal"),

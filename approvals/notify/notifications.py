@@ -1,6 +1,6 @@
 """Telling supervisors that a call or a plan waits for them (a signed webhook and an email to
 each), operators that a call was escalated, and customers what a person of the shop decided
-about their request. Each message goes through the outbox (approvals.outbox): written in the
+about their request. Each message goes through the outbox (approvals.notify.outbox): written in the
 transaction of the news, sent after its commit.
 """
 
@@ -11,7 +11,7 @@ from agentportal.models import Merchant, Role
 from agentportal.selectors import supervisor_memberships
 from approvals import customer_words
 from approvals.models import Approval, ApprovalStatus, Transport
-from approvals.outbox import delivery_queue
+from approvals.notify.outbox import delivery_queue
 
 
 def approval_requested_notify(*, approval: Approval) -> None:

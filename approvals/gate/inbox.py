@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from approvals import selectors
-from approvals.decision_context import approvals_note, call_label, money, order_number
+from approvals.gate.decision_context import approvals_note, call_label, money, order_number
 from approvals.models import Approval
 
 # How many rows the inbox lists at once, of each kind.

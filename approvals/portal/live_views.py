@@ -1,4 +1,4 @@
-"""The live pages' streams: each open page follows its own (approvals.live says how)."""
+"""The live pages' streams: each open page follows its own (approvals.portal.live says how)."""
 
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -6,8 +6,9 @@ from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.views.decorators.cache import never_cache
 
 from agentportal.admin import supervises_any
-from approvals import live, selectors
+from approvals import selectors
 from approvals.models import Ticket
+from approvals.portal import live
 
 
 @never_cache

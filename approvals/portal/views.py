@@ -13,16 +13,11 @@ from agentportal import errors
 from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
-from approvals import (
-    chat,
-    customer_words,
-    inbox,
-    live,
-    plan_selectors,
-    plans,
-    selectors,
-)
+from approvals import customer_words, plans, selectors
+from approvals.gate import inbox
 from approvals.models import TICKET_OPEN_STATUSES, PlanDecision, TicketStatus
+from approvals.plans import selectors as plan_selectors
+from approvals.portal import chat, live
 from runs import commands, conversations
 from runs.models import Conversation
 

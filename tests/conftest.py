@@ -189,8 +189,8 @@ def free_port() -> int:
 @pytest.fixture
 def stub():
     """stub(latency=..., text_only=...) -> an OpenAI-compatible endpoint on loopback
-    (runs.model_stub), stopped after the test."""
-    from runs.model_stub import ModelStub
+    (approvals.bench.model_stub), stopped after the test."""
+    from approvals.bench.model_stub import ModelStub
 
     started = []
 

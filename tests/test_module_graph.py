@@ -1,6 +1,6 @@
 """The shape of the code: no import cycle inside an app and no app importing one above it
-(the contracts in pyproject.toml, checked by import-linter), and no module longer than a
-reader can hold."""
+(the contracts in pyproject.toml, checked by import-linter), no module longer than a
+reader can hold, and none the architecture does not name."""
 
 import os
 from pathlib import Path
@@ -55,3 +55,34 @@ def test_no_module_is_longer_than_the_limit_or_grows_past_its_old_length():
     # then none is over, and a module back under the limit leaves the list
     assert too_long == {}
     assert shrunk == {}
+
+
+def _named_modules(app: str) -> set[str]:
+    """How docs/architecture.md names each module of the app: its path inside the app, or a
+    management command by its name."""
+    names = set()
+    for path in (ROOT / app).rglob("*.py"):
+        relative = path.relative_to(ROOT / app)
+        if "migrations" in relative.parts or path.name == "__init__.py":
+            continue
+        commands = relative.parts[:2] == ("management", "commands")
+        names.add(path.stem if commands else relative.as_posix())
+    return names
+
+
+def test_the_architecture_names_every_module():
+    # given the architecture's "Every module" section, a paragraph per app
+    section = (ROOT / "docs" / "architecture.md").read_text().split("## Every module", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    paragraphs = {
+        app: text for app in APPS for text in section.split("\n\n") if f"**`{app}`**" in text
+    }
+
+    # when looking for each module of each app in its app's paragraph
+    missing = {
+        app: sorted(name for name in _named_modules(app) if f"`{name}`" not in paragraphs[app])
+        for app in APPS
+    }
+
+    # then each is named there, so a new module comes with its line in the map
+    assert missing == {app: [] for app in APPS}

@@ -6,7 +6,7 @@ other, `--repeats` times for each pair of `--pairs`:
   pins it; `--plain-runs`, W workers) against LangGraph + PostgresSaver (P processes, the
   same runs);
 - `llm`: model calls of `--latency` seconds through an endpoint outside both (the stub as a
-  process of its own, `python -m runs.model_stub`, streaming), the bench's llm scenario
+  process of its own, `python -m approvals.bench.model_stub`, streaming), the bench's llm scenario
   (`--llm-runs` over `--shops` shops of `--capacity`, answers' deltas published) against
   LangGraph-async (P processes x `--in-flight` runs at once, deltas on its custom stream).
 
@@ -53,11 +53,11 @@ def database_ensure(url: str) -> None:
 
 
 class Stub:
-    """The model endpoint as a process of its own (runs.model_stub's command line)."""
+    """The model endpoint as a process of its own (approvals.bench.model_stub's command line)."""
 
     def __init__(self, env: dict[str, str], latency: float) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "runs.model_stub", "--latency", str(latency)],
+            [sys.executable, "-m", "approvals.bench.model_stub", "--latency", str(latency)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

@@ -191,7 +191,7 @@ def _record(name: str, figures: dict) -> None:
 
 @pytest.fixture(scope="module")
 def portal():
-    from runs.model_stub import ModelStub
+    from approvals.bench.model_stub import ModelStub
 
     (ROOT / "artifacts").mkdir(exist_ok=True)
     database = PrivatePostgres()

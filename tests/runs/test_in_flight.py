@@ -1,6 +1,6 @@
 """Hundreds of runs in flight while models think: the real django-q2 cluster and the real openai
-client against a slow OpenAI-compatible endpoint on loopback (runs.model_stub), which counts
-the calls it holds at once."""
+client against a slow OpenAI-compatible endpoint on loopback (approvals.bench.model_stub), which
+counts the calls it holds at once."""
 
 import os
 import signal
@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from approvals.bench.model_stub import ModelStub
 from runs import services
-from runs.model_stub import ModelStub
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStatus
 from tests import factories
 from tests.conftest import wait_for

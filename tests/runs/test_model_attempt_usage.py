@@ -4,9 +4,9 @@ when the answer came, ABANDONED when the worker gave the call up first. Nothing 
 is committed: no assistant text, no event, no next node.
 
 A real worker thread holds the run and waits on a real OpenAI-compatible endpoint on loopback
-(runs.model_stub) while the test stops the run on its own connection. The worker looks at the
-runs in slow calls every CANCEL_POLL_SECONDS: left at its 0.25 s it notices the stop before the
-answer comes and gives the call up; made long, the answer comes first.
+(approvals.bench.model_stub) while the test stops the run on its own connection. The worker
+looks at the runs in slow calls every CANCEL_POLL_SECONDS: left at its 0.25 s it notices the
+stop before the answer comes and gives the call up; made long, the answer comes first.
 """
 
 import copy
@@ -30,7 +30,7 @@ from tests.threads import Background
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STATUS = "What is the status of order ORD-1001?"
-# What runs.model_stub says each answer cost.
+# What approvals.bench.model_stub says each answer cost.
 STUB_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 LATENCY = 1.5
 # Longer than the test: the worker does not look at the run before the answer comes.

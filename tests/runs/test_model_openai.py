@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from approvals.bench.model_stub import completion_chunks
 from runs import deltas, worker
-from runs.model_stub import completion_chunks
 from runs.models import (
     AgentRelease,
     AgentRun,

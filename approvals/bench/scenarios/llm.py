@@ -2,8 +2,9 @@
 cluster and the real openai client, over many shops.
 
 The endpoint is the one in OPENAI_BASE_URL when AGENTPORTAL_MODEL=openai says so; otherwise a
-stub on loopback (runs.model_stub) that waits --model-latency seconds a call and answers like
-the scripted model (a tool call, then text), or with text at once (--one-call). Runs in flight
+stub on loopback (approvals.bench.model_stub) that waits --model-latency seconds a call and
+answers like the scripted model (a tool call, then text), or with text at once (--one-call).
+Runs in flight
 are sampled from the database while the cluster works; `ideal_runs_per_s` is what the slots
 (the shops' capacities and the workers' in-flight limits) and the latency allow.
 
@@ -34,11 +35,11 @@ from approvals.bench.calibrated import calibrated
 from approvals.bench.context import Bench
 from approvals.bench.deltas import DeltaListener, first_deltas
 from approvals.bench.measure import percentiles
+from approvals.bench.model_stub import ModelStub
 from approvals.bench.processes import cluster_stop, peak_rss_mb
 from approvals.bench.registry import Option, Scenario, register
 from approvals.bench.shop import ORDER_STATUS, BenchShop, bench_shop
 from approvals.bench.throughput import figures, repeated
-from runs.model_stub import ModelStub
 from runs.models import FINISHED_STATUSES, AgentRun, ModelAttempt, RunStatus
 
 

@@ -1,4 +1,4 @@
-"""`python -m runs.model_stub`: the stub endpoint as a process of its own, the outside
+"""`python -m approvals.bench.model_stub`: the stub endpoint as a process of its own, the outside
 endpoint the side-by-side benchmark gives both sides; the real openai client streams from it."""
 
 import json
@@ -32,7 +32,16 @@ def stub_process(*args: str) -> Iterator[tuple[str, dict]]:
     what it said it served (filled in after it stopped)."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "runs.model_stub", "--port", "0", "--latency", "0.05", *args],
+        [
+            sys.executable,
+            "-m",
+            "approvals.bench.model_stub",
+            "--port",
+            "0",
+            "--latency",
+            "0.05",
+            *args,
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

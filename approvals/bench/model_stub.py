@@ -6,9 +6,9 @@ as server-sent chunks (text a word at a time) spread over the latency, as a mode
 notes when each answer's first word went out.
 
 It runs on an event loop in a thread of its own, so that hundreds of calls can wait at once.
-`python -m runs.model_stub --port P --latency S [--text-only]` runs it as a process of its
-own (an outside endpoint, as a real model's is): it prints its base URL once it listens, and
-what it served as one JSON line when it is stopped (SIGTERM or SIGINT).
+`python -m approvals.bench.model_stub --port P --latency S [--text-only]` runs it as a process
+of its own (an outside endpoint, as a real model's is): it prints its base URL once it listens,
+and what it served as one JSON line when it is stopped (SIGTERM or SIGINT).
 """
 
 import argparse
@@ -208,7 +208,9 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, An
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m runs.model_stub", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m approvals.bench.model_stub", description=__doc__
+    )
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--latency", type=float, default=1.0, help="seconds an answer takes")
     parser.add_argument("--text-only", action="store_true", help="answer with text at once")

@@ -10,8 +10,9 @@ class ApprovalsConfig(AppConfig):
         # this app.
         from approvals import interrupts, plans
         from approvals.gate import escalation, services, timeline_sentences
+        from approvals.gate.reviews import call_review_register
         from approvals.notify import outbox
-        from approvals.shop import script, tools
+        from approvals.shop import refund_review, script, tools
         from runs import extensions
         from runs.releases import GraphRelease, graph_release_register
 
@@ -29,6 +30,7 @@ class ApprovalsConfig(AppConfig):
         extensions.interrupt_register(interrupts.APPROVAL_INTERRUPT)
         extensions.interrupt_register(interrupts.PLAN_INTERRUPT)
         tools.register()
+        call_review_register(refund_review.REFUND_REVIEW)
         timeline_sentences.timeline_sentences_register()
         extensions.script_register(script.after_sales_script)
         extensions.sweep_register("approvals_expire_due", services.approvals_expire_due)

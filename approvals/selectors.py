@@ -1,9 +1,7 @@
 import hashlib
 from dataclasses import dataclass
 
-from django.db.models import Case, DecimalField, F, OuterRef, QuerySet, Subquery, When
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models import Expression, F, OuterRef, QuerySet, Subquery
 from django.utils.text import capfirst
 
 from agentportal.models import Membership, Role
@@ -81,26 +79,14 @@ INBOX_SORTS = {
 }
 
 
-def approvals_pending_for_supervisor(*, user, sort: str = "age") -> QuerySet[Approval]:
-    """The calls waiting for this supervisor's decision, with the refund's amount as a number
-    (`amount`, None for other calls) to sort by: `sort` is one of INBOX_SORTS."""
+def approvals_pending_for_supervisor(*, user, amount: Expression, sort: str = "age"):
+    """The calls waiting for this supervisor's decision, with `amount` (an expression of a
+    call's amount as a number, None for a call without one) annotated to sort by: `sort` is
+    one of INBOX_SORTS."""
     return (
         approvals_for_supervisor(user=user)
         .filter(status=ApprovalStatus.PENDING_APPROVAL)
-        .annotate(
-            # Only a refund's amount is money; its tool's schema made it a decimal string.
-            amount=Case(
-                When(
-                    tool_name="issue_refund",
-                    then=Cast(
-                        KT("proposed_args__amount"),
-                        DecimalField(max_digits=12, decimal_places=2),
-                    ),
-                ),
-                default=None,
-                output_field=DecimalField(max_digits=12, decimal_places=2),
-            )
-        )
+        .annotate(amount=amount)
         .order_by(*INBOX_SORTS[sort])
     )
 

@@ -11,9 +11,13 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Case, DecimalField, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
 from agentportal import errors
 from agentportal.models import Merchant
+from approvals.gate.reviews import call_reviews
 from approvals.locks import policy_lock
 from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
 from runs.tools import TOOLS
@@ -152,6 +156,26 @@ def policy_version_current(*, merchant_id: int, tool_name: str) -> ApprovalPolic
         .first()
     )
     return policy.current if policy is not None else None
+
+
+def call_amount() -> Case:
+    """A call's amount as a number, to sort calls by: the argument its policy version weighs,
+    or, for a call no policy weighed, the one its tool's review names; None when neither."""
+    money = DecimalField(max_digits=12, decimal_places=2)
+    weighed = [
+        When(policy_version__amount_field=name, then=Cast(KT(f"proposed_args__{name}"), money))
+        for name in policy_amount_fields()
+    ]
+    named = [
+        When(
+            policy_version__isnull=True,
+            tool_name=review.tool_name,
+            then=Cast(KT(f"proposed_args__{review.amount_field}"), money),
+        )
+        for review in call_reviews()
+        if review.amount_field
+    ]
+    return Case(*weighed, *named, default=None, output_field=money)
 
 
 def call_requirement(

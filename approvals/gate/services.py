@@ -21,9 +21,10 @@ from agentportal import errors
 from agentportal.principals import Principal
 from agentportal.problems import iso_z
 from agentportal.selectors import principal_for_user
-from approvals import locks, selectors
+from approvals import locks
 from approvals.gate import policies
 from approvals.gate.calls import call_moved, call_replaced, tool_args_validate
+from approvals.gate.reviews import call_review
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
 from approvals.notify import notifications
 from runs import services as run_services
@@ -43,8 +44,6 @@ from runs.tools import TOOLS
 logger = logging.getLogger(__name__)
 
 Snapshot = StateSnapshot | CompositeSnapshot
-# Tools whose `order_id` names one of the run's customer's orders.
-ORDER_TOOLS = ("issue_refund",)
 
 
 @dataclass(frozen=True)
@@ -86,23 +85,10 @@ def decision_validate(*, approval: Approval | None, request: DecisionRequest) ->
     if tool is None:
         return request.tool_args
     revised = tool_args_validate(tool, request.tool_args)
-    _refuse_another_customers_order(approval, revised)
+    check = call_review(approval.tool_name).revision_check
+    if check is not None:
+        check(approval, revised)
     return revised
-
-
-def _refuse_another_customers_order(approval: Approval, revised: dict[str, Any]) -> None:
-    """A revision names only the customer's own orders: the customer is told about the call,
-    and must never read another customer's order number."""
-    number = revised.get("order_id") if approval.tool_name in ORDER_TOOLS else None
-    if number is None:
-        return
-    if not selectors.order_for_customer(
-        merchant_id=approval.merchant_id, customer_id=approval.run.account_id, number=number
-    ):
-        raise errors.InvalidInput(
-            f"{number} is not an order of this customer; a revision names one of theirs.",
-            errors=[{"field": "tool_args.order_id", "message": "not an order of this customer"}],
-        )
 
 
 def approval_decide(

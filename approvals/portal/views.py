@@ -14,10 +14,9 @@ from agentportal.admin import supervises_any
 from agentportal.errors import DomainError
 from agentportal.principals import Principal
 from approvals import customer_words, plans, selectors
-from approvals.gate import inbox
 from approvals.models import TICKET_OPEN_STATUSES, PlanDecision, TicketStatus
 from approvals.plans import selectors as plan_selectors
-from approvals.portal import chat, live
+from approvals.portal import chat, inbox, live
 from runs import commands, conversations
 from runs.models import Conversation
 

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals.gate.decision_context import numbers_written, refund_warnings
 from approvals.models import Approval, Order, Proposal
+from approvals.shop.refund_review import numbers_written, refund_warnings
 from runs import conversations, worker
 from tests.approvals.plan_helpers import command, exchange_run, ticket_of
 from tests.approvals.refund_helpers import refund_run_waiting

@@ -8,7 +8,9 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from approvals import selectors
-from approvals.gate.decision_context import approvals_note, call_label, money, order_number
+from approvals.gate.decision_context import approvals_note, call_label, money
+from approvals.gate.policies import call_amount
+from approvals.gate.reviews import call_review
 from approvals.models import Approval
 
 # How many rows the inbox lists at once, of each kind.
@@ -35,16 +37,16 @@ def inbox_context(*, user, sort: str | None) -> dict[str, Any]:
     first, unless "amount", largest first), those asked for together kept together, each
     with what its row shows."""
     sort = sort if sort in selectors.INBOX_SORTS else "age"
-    pending = selectors.approvals_pending_for_supervisor(user=user, sort=sort)
+    pending = selectors.approvals_pending_for_supervisor(user=user, amount=call_amount(), sort=sort)
     calls = _grouped_by_request(list(pending[:INBOX_ROWS]))
-    orders = selectors.orders_named(calls)
+    currencies = _currencies(calls)
     for call in calls:
+        review = call_review(call.tool_name)
         call.label = call_label(call.tool_name)
         call.approvals_note, call.approved_by_me = approvals_note(call, user_id=user.pk)
-        call.order_number = order_number(call.proposed_args)
-        order = orders.get((call.merchant_id, call.run.account_id, call.order_number))
+        call.subject = review.subject(call.proposed_args) if review.subject else ""
         call.amount_shown = (
-            money(call.amount, order.currency if order else "") if call.amount is not None else ""
+            money(call.amount, currencies.get(call.pk, "")) if call.amount is not None else ""
         )
     plans = list(selectors.tickets_waiting_for_supervisor(user=user)[:INBOX_ROWS])
     now = timezone.now()
@@ -59,6 +61,19 @@ def inbox_context(*, user, sort: str | None) -> dict[str, Any]:
         "plans": plans,
         "now": now,
     }
+
+
+def _currencies(calls: list[Approval]) -> dict[Any, str]:
+    """Each call's currency, as its tool's review says: a query per tool at most."""
+    by_tool: dict[str, list[Approval]] = {}
+    for call in calls:
+        by_tool.setdefault(call.tool_name, []).append(call)
+    currencies: dict[Any, str] = {}
+    for tool_name, of_tool in by_tool.items():
+        currencies_of = call_review(tool_name).currencies
+        if currencies_of is not None:
+            currencies |= currencies_of(of_tool)
+    return currencies
 
 
 def _waited(since, now) -> str:

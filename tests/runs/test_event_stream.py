@@ -20,7 +20,7 @@ STATUS = "What is the status of order ORD-1001?"
 
 def _watching(hub) -> int:
     """How many streams wait at the hub."""
-    return sum(len(streams) for streams in hub.streams.values())
+    return sum(len(streams) for streams in hub.subscribers.values())
 
 
 def _queued(demo, count: int) -> list[AgentRun]:

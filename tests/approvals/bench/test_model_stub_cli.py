@@ -11,7 +11,7 @@ from pathlib import Path
 
 import openai
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOOKUP_ORDER = {
     "type": "function",
     "function": {

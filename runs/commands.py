@@ -1,7 +1,7 @@
 """The one registry of control commands (DESIGN 7). A message is parsed once, here; nothing
 else special-cases a command.
 
-A command is its policies: runs.conversations.command_run applies them in one order (the
+A command is its policies: runs.command_apply.command_run applies them in one order (the
 session, the pending messages, the active run); its reply only reports what they did.
 """
 
@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from agentportal import errors
 from agentportal.principals import Principal
-from runs import conversations
-from runs.conversations import CommandOutcome, pending_count
+from runs import command_apply
+from runs.command_apply import CommandOutcome
+from runs.conversations import pending_count
 from runs.models import AgentRun
 from runs.serializers import RunSerializer
 
@@ -166,7 +167,7 @@ def command_execute(*, conversation, principal: Principal, text: str):
         return None
     command, argument = parsed
     command_allowed(command, principal)
-    result = conversations.command_run(
+    result = command_apply.command_run(
         conversation=conversation, principal=principal, command=command, argument=argument
     )
     return command, result

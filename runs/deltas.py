@@ -9,263 +9,26 @@ A message on the channel is a small JSON object about one run:
   transaction that ends it (or right after its commit), so anything published after it is
   ignored: no delta of a stopped run reaches anyone after the stop.
 
-Three channels, one per deployment (`channel()` picks):
-- PostgreSQL: NOTIFY/LISTEN on one channel; a notification is delivered in commit order, so
-  the end marker written in the ending transaction orders every later delta after it;
-- Redis pub/sub, when AGENTPORTAL_BROKER_URL names a Redis: the same, off the database;
-- SQLite (the embedded demo, one machine): a file per run in a directory next to the
-  database, appended to by the worker and read by the web processes. Nothing to run, and
-  appends of a line are atomic.
+The channels that carry them, one per deployment, are in runs.delta_channels.
 """
 
 import asyncio
-import contextlib
-import json
 import logging
-import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
-from django.db import connection, transaction
+from runs.delta_channels import FORGET_SECONDS, channel
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "agentportal_deltas"
 # The worker publishes what a call wrote at most this often: a delta per token would be a
 # notification per token for every run in flight.
 FLUSH_SECONDS = 0.05
 # NOTIFY payloads must stay under 8000 bytes; longer text is sent in parts.
 MAX_TEXT = 2000
-# How often the file channel looks at the files of watched runs.
-FILE_POLL_SECONDS = 0.05
-# An answer in progress that nothing finished or ended is forgotten after this long.
-FORGET_SECONDS = 600.0
-
-
-def encode(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))
-
-
-# --- the channels ---------------------------------------------------------------------------
-
-
-class PostgresChannel:
-    broadcast = True
-
-    def __init__(self) -> None:
-        self._publisher = None
-        self._sending: asyncio.Lock | None = None
-        self._waiting: list[str] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _conninfo(self) -> dict[str, Any]:
-        url = os.environ.get("AGENTPORTAL_LISTEN_DATABASE_URL", "")
-        if url:
-            return {"conninfo": url}
-        params = connection.settings_dict
-        return {
-            "dbname": params["NAME"],
-            "user": params.get("USER") or None,
-            "password": params.get("PASSWORD") or None,
-            "host": params.get("HOST") or None,
-            "port": params.get("PORT") or None,
-        }
-
-    async def publish(self, messages: list[dict[str, Any]]) -> None:
-        """Send the messages on the worker's one publishing connection. The calls that
-        publish while a statement is under way wait for it and then go together in the next
-        one: one round trip for all the answers written meanwhile, not one each."""
-        import psycopg
-
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            # One connection per event loop (the worker has one): a connection and a lock
-            # belong to the loop they were made on.
-            self._loop, self._sending, self._publisher = loop, asyncio.Lock(), None
-            self._waiting = []
-        self._waiting += [encode(message) for message in messages]
-        async with self._sending:
-            if not self._waiting:
-                return  # sent along with an earlier caller's
-            batch, self._waiting = self._waiting, []
-            if self._publisher is None or self._publisher.closed:
-                self._publisher = await psycopg.AsyncConnection.connect(
-                    **self._conninfo(), autocommit=True, prepare_threshold=None
-                )
-            await self._publisher.execute(
-                "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-                [CHANNEL, batch],
-            )
-
-    def publish_in_transaction(self, message: dict[str, Any]) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, encode(message)])
-
-    async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
-        import psycopg
-
-        async with await psycopg.AsyncConnection.connect(
-            **self._conninfo(), autocommit=True
-        ) as listener:
-            await listener.execute(f"LISTEN {CHANNEL}")
-            async for notification in listener.notifies():
-                yield json.loads(notification.payload)
-
-
-class RedisChannel:
-    broadcast = True
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._publishers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    async def publish(self, messages: list[dict[str, Any]]) -> None:
-        import redis.asyncio
-
-        loop = asyncio.get_running_loop()
-        if loop not in self._publishers:
-            self._publishers[loop] = redis.asyncio.Redis.from_url(self.url)
-        async with self._publishers[loop].pipeline(transaction=False) as pipe:
-            for message in messages:
-                pipe.publish(CHANNEL, encode(message))
-            await pipe.execute()
-
-    def publish_in_transaction(self, message: dict[str, Any]) -> None:
-        import redis
-
-        def publish() -> None:
-            with redis.Redis.from_url(self.url) as client:
-                client.publish(CHANNEL, encode(message))
-
-        transaction.on_commit(publish, robust=True)
-
-    async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
-        import redis.asyncio
-
-        client = redis.asyncio.Redis.from_url(self.url)
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
-        try:
-            await pubsub.subscribe(CHANNEL)
-            async for message in pubsub.listen():
-                yield json.loads(message["data"])
-        finally:
-            await pubsub.aclose()
-            await client.aclose()
-
-
-class FileChannel:
-    """A file per run: the worker appends lines, the web processes read the files of the runs
-    they watch. `maintain` removes those of runs long finished."""
-
-    broadcast = False
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def _path(self, run: str) -> Path:
-        return self.directory / f"{run}.jsonl"
-
-    def _append(self, messages: list[dict[str, Any]]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        by_run: dict[str, list[str]] = {}
-        for message in messages:
-            by_run.setdefault(message["run"], []).append(encode(message) + "\n")
-        starts = {m["run"] for m in messages if m.get("seq") == 1}
-        for run, lines in by_run.items():
-            path = self._path(run)
-            if run in starts:
-                # A call's first text starts a new file: it holds one answer, the one being
-                # written, so a web process that starts reading it replays nothing older
-                # (readers notice the new file by its inode).
-                fresh = path.with_suffix(".new")
-                fresh.write_text("".join(lines), encoding="utf-8")
-                os.replace(fresh, path)
-                continue
-            with open(path, "a", encoding="utf-8") as file:
-                file.write("".join(lines))
-
-    def forget(self, run: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._path(run).unlink()
-
-    async def publish(self, messages: list[dict[str, Any]]) -> None:
-        self._append(messages)
-
-    def publish_in_transaction(self, message: dict[str, Any]) -> None:
-        def append_if_written() -> None:
-            # Only a run that wrote something has a file, and listeners to tell.
-            if self._path(message["run"]).exists():
-                self._append([message])
-
-        transaction.on_commit(append_if_written, robust=True)
-
-    def forget_old(self) -> int:
-        """Remove the files nothing has written to for FORGET_SECONDS; how many."""
-        limit = time.time() - FORGET_SECONDS
-        removed = 0
-        for path in self.directory.glob("*.jsonl"):
-            with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_mtime < limit:
-                    path.unlink()
-                    removed += 1
-        return removed
-
-    async def listen(self, watched: Callable[[], set[str]]) -> AsyncIterator[dict[str, Any]]:
-        # By run: the file read (its inode) and how far.
-        read: dict[str, tuple[int, int]] = {}
-        while runs := watched():
-            for run in list(read):
-                if run not in runs:
-                    del read[run]
-            for run in runs:
-                try:
-                    with open(self._path(run), encoding="utf-8") as file:
-                        inode = os.fstat(file.fileno()).st_ino
-                        known, offset = read.get(run, (inode, 0))
-                        if known != inode:
-                            offset = 0  # a new answer's file
-                        file.seek(offset)
-                        chunk = file.read()
-                except FileNotFoundError:
-                    read.pop(run, None)
-                    continue
-                complete, _, _ = chunk.rpartition("\n")
-                if not complete:
-                    read[run] = (inode, offset)
-                    continue
-                read[run] = (inode, offset + len(complete.encode()) + 1)
-                for line in complete.split("\n"):
-                    yield json.loads(line)
-            await asyncio.sleep(FILE_POLL_SECONDS)
-
-
-_channel = None
-
-
-def channel():
-    """The deployment's channel: Redis when the broker is one, else the database's own."""
-    global _channel
-    if _channel is None:
-        if settings.BROKER_URL:
-            _channel = RedisChannel(settings.BROKER_URL)
-        elif connection.vendor == "postgresql":
-            _channel = PostgresChannel()
-        else:
-            name = Path(connection.settings_dict["NAME"])
-            _channel = FileChannel(name.with_name(name.name + ".deltas"))
-    return _channel
-
-
-def files_forget_old() -> int:
-    """`maintain`'s sweep: the file channel's answers of runs long finished (other channels
-    keep nothing)."""
-    source = channel()
-    return source.forget_old() if isinstance(source, FileChannel) else 0
 
 
 def run_ended(run_id) -> None:

@@ -11,18 +11,18 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from approvals.bench.measure import percentiles
-from runs import deltas
+from runs import delta_channels
 from runs.models import RunEvent
 
 
 class DeltaListener(threading.Thread):
-    """Hears the answers' deltas as a web process does (runs.deltas.channel().listen), on an
+    """Hears the answers' deltas as a web process does (runs.delta_channels.channel().listen), on an
     event loop of its own: when the first text of each model call, a (run, gen), was heard
     here and when its worker published it (epoch seconds, this machine's clock)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.channel = deltas.channel()
+        self.channel = delta_channels.channel()
         self.first: dict[tuple[str, str], tuple[float, float]] = {}
         self.error: BaseException | None = None
         # A run id no run has: what listen() publishes to know the channel is heard.
@@ -81,7 +81,7 @@ class DeltaListener(threading.Thread):
                 elif message.get("run") == self.probe:
                     self._heard_probe.set()
             # The file channel stops when it watches nothing; it watches the probe at least.
-            await asyncio.sleep(deltas.FILE_POLL_SECONDS)
+            await asyncio.sleep(delta_channels.FILE_POLL_SECONDS)
 
     def stop(self) -> None:
         if self.is_alive() and self._task is not None:

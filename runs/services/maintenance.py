@@ -10,7 +10,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentportal.models import Merchant
-from runs import deltas, extensions
+from runs import delta_channels, extensions
 from runs.locks import run_lock
 from runs.models import AgentRun, ErrorCode, RunStatus, WorkerHeartbeat
 from runs.services.changes import WAITING_STATUSES, run_fail_locked, run_wait_expire_locked
@@ -107,7 +107,7 @@ def maintain() -> dict[str, int]:
         ("deadlines", deadlines_enforce),
         ("waits_expired", waits_expire),
         ("parked_expired", parked_expire),
-        ("delta_files", deltas.files_forget_old),
+        ("delta_files", delta_channels.files_forget_old),
         *extensions.sweeps().items(),
         ("ticks", ticks_for_queued),
     ]

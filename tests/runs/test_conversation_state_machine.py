@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
-from runs import commands, conversations, worker
+from runs import command_apply, commands, conversations, worker
 from runs.models import (
     ACTIVE_STATUSES,
     AgentRun,
@@ -70,7 +70,7 @@ class ConversationMachine(RuleBasedStateMachine):
                 status__in=[MessageStatus.QUEUED, MessageStatus.HELD],
             ).values_list("pk", flat=True)
         )
-        result = conversations.command_run(
+        result = command_apply.command_run(
             conversation=self._current(), principal=principal, command=command, argument=argument
         )
         if command.pending == "drop":
@@ -86,7 +86,7 @@ class ConversationMachine(RuleBasedStateMachine):
         command, argument = commands.command_parse(name, role=self.sam.role)
         closed = Conversation.objects.get(pk=sorted(self.closed)[0])
         try:
-            conversations.command_run(
+            command_apply.command_run(
                 conversation=closed, principal=self.sam, command=command, argument=argument
             )
         except DomainError as refusal:

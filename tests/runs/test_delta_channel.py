@@ -6,7 +6,7 @@ import json
 
 import psycopg
 
-from runs.deltas import PostgresChannel
+from runs.delta_channels import PostgresChannel
 from tests.threads import run_coroutine
 
 

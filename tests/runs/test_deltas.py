@@ -8,7 +8,7 @@ import time
 import pytest
 from django.db import transaction
 
-from runs import deltas
+from runs import delta_channels, deltas
 from runs.deltas import DeltaHub, DeltaPublisher
 from tests.conftest import wait_for_async
 from tests.threads import run_coroutine
@@ -56,7 +56,7 @@ async def heard_so_far(hub: DeltaHub) -> None:
         nonlocal sent
         sent += 1
         message = {"run": probe, "gen": "0.1", "seq": sent, "text": ".", "at": time.time()}
-        await deltas.channel().publish([message])
+        await delta_channels.channel().publish([message])
         return bool(probes)
 
     try:
@@ -65,8 +65,8 @@ async def heard_so_far(hub: DeltaHub) -> None:
         )
     finally:
         hub.unwatch(probe, probes.append)
-        if isinstance(deltas.channel(), deltas.FileChannel):
-            deltas.channel().forget(probe)
+        if isinstance(delta_channels.channel(), delta_channels.FileChannel):
+            delta_channels.channel().forget(probe)
 
 
 def test_published_deltas_are_heard_in_order_and_done_forgets_the_answer():
@@ -139,13 +139,13 @@ def test_long_text_is_published_in_parts_that_fit_a_notification():
         async def publish(self, messages):
             published.append(messages)
 
-    deltas._channel, saved = Recorder(), deltas._channel
+    delta_channels._channel, saved = Recorder(), delta_channels._channel
     try:
         publisher = DeltaPublisher(run="r", gen="0.1")
         run_coroutine(publisher.add("x" * (deltas.MAX_TEXT * 2 + 5)))
     finally:
-        deltas._channel = saved
+        delta_channels._channel = saved
 
     [messages] = published
     assert [len(m["text"]) for m in messages] == [deltas.MAX_TEXT, deltas.MAX_TEXT, 5]
-    assert all(len(deltas.encode(m)) < 8000 for m in messages)
+    assert all(len(delta_channels.encode(m)) < 8000 for m in messages)

@@ -12,7 +12,8 @@ def _not_on_sqlite(db):
     if connection.vendor == "sqlite":
         pytest.skip(
             "the scenario waits to hear a probe on the delta channel, and SQLite's file channel "
-            "writes only to runs that have a file (runs.deltas.FileChannel), never the probe"
+            "writes only to runs that have a file (runs.delta_channels.FileChannel), never the "
+            "probe"
         )
 
 

@@ -10,7 +10,6 @@ from typing import Any, Protocol
 import httpx2
 import openai
 from django.conf import settings
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from runs import inflight
 
@@ -56,22 +55,21 @@ class DeltaSink(Protocol):
     async def add(self, text: str) -> None: ...
 
 
+# A conversation's messages and the tools' schemas, as the chat completions API takes them.
+Messages = list[dict[str, Any]]
+ToolSchemas = list[dict[str, Any]]
+
+
 class ModelClient(Protocol):
     # True when a call waits on the network: the worker awaits `acomplete` on its event loop
     # (runs.inflight) and keeps polling the run for cancellation; otherwise `complete` runs
     # inline.
     waits: bool
 
-    def complete(
-        self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-    ) -> ModelResponse: ...
+    def complete(self, *, messages: Messages, tools: ToolSchemas) -> ModelResponse: ...
 
     async def acomplete(
-        self,
-        *,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        deltas: DeltaSink | None = None,
+        self, *, messages: Messages, tools: ToolSchemas, deltas: DeltaSink | None = None
     ) -> ModelResponse: ...
 
 
@@ -129,16 +127,13 @@ class OpenAIChatModel:
         self.base_url, self.api_key, self.model, self.timeout = base_url, api_key, model, timeout
 
     async def acomplete(
-        self,
-        *,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        deltas: DeltaSink | None = None,
+        self, *, messages: Messages, tools: ToolSchemas, deltas: DeltaSink | None = None
     ) -> ModelResponse:
         # Posted as it is, not through the typed `create`: the SDK would walk every message and
         # tool schema on each call to transform them (a quarter of its CPU per call, measured
-        # with hundreds in flight). The answer streams as chunks, which errors interrupt with
-        # the same exceptions; usage comes with the last one.
+        # with hundreds in flight). The answer streams as chunks, read as the JSON they are
+        # (building the SDK's model of each chunk was another quarter), which errors interrupt
+        # with the same exceptions; usage comes with the last one.
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -157,9 +152,9 @@ class OpenAIChatModel:
                     stream = await client.post(
                         "/chat/completions",
                         body=body,
-                        cast_to=ChatCompletion,
+                        cast_to=object,
                         stream=True,
-                        stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                        stream_cls=openai.AsyncStream[object],
                     )
                     response = await _streamed_response(stream, deltas)
                 break
@@ -180,44 +175,67 @@ class OpenAIChatModel:
 
 
 async def _streamed_response(stream, deltas: DeltaSink | None) -> ModelResponse:
-    """Read a streamed answer to its end, handing its text to `deltas` as it comes."""
-    content: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    usage: dict[str, int] = {}
-    chosen = False
+    """Read a streamed answer (its chunks as decoded JSON) to its end, handing its text to
+    `deltas` as it comes."""
+    answer = _StreamedAnswer()
     async with stream:
         async for chunk in stream:
-            if chunk.usage is not None:
-                usage = {
-                    "prompt_tokens": chunk.usage.prompt_tokens,
-                    "completion_tokens": chunk.usage.completion_tokens,
-                    "total_tokens": chunk.usage.total_tokens,
-                }
-            if not chunk.choices:
-                continue
-            chosen = True
-            delta = chunk.choices[0].delta
-            if delta.content:
-                content.append(delta.content)
-                if deltas is not None:
-                    await deltas.add(delta.content)
-            for part in delta.tool_calls or []:
-                call = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
-                call["id"] = part.id or call["id"]
-                if part.function is not None:
-                    call["name"] = part.function.name or call["name"]
-                    call["arguments"] += part.function.arguments or ""
-    if not chosen:
-        raise ModelError("the model answered without a choice")
-    tool_calls = [
-        ToolCall(id=call["id"], name=call["name"], arguments=call["arguments"] or "{}")
-        for _, call in sorted(calls.items())
-        if call["name"]
-    ]
-    text = "".join(content) or None
-    if not tool_calls and not text:
-        raise ModelError("the model answered with neither text nor a tool call")
-    return ModelResponse(content=text, tool_calls=tool_calls, usage=usage)
+            try:
+                text = answer.add(chunk)
+            except (AttributeError, TypeError, ValueError) as error:
+                raise ModelError(f"the model streamed an unreadable chunk: {error}") from error
+            if text and deltas is not None:
+                await deltas.add(text)
+    return answer.response()
+
+
+class _StreamedAnswer:
+    """An answer put together from its chunks: the text, the tool calls by their index (their
+    arguments may come in pieces) and the usage, which comes with the last chunk."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.usage: dict[str, int] = {}
+        self.chosen = False
+
+    def add(self, chunk: dict[str, Any]) -> str | None:
+        """Take one chunk in; returns the text it adds."""
+        if usage := chunk.get("usage"):
+            self.usage = {
+                name: int(usage.get(name) or 0)
+                for name in ("prompt_tokens", "completion_tokens", "total_tokens")
+            }
+        if not (choices := chunk.get("choices")):
+            return None
+        self.chosen = True
+        delta = choices[0].get("delta") or {}
+        for part in delta.get("tool_calls") or ():
+            call = self.calls.setdefault(
+                int(part.get("index") or 0), dict.fromkeys(("id", "name", "arguments"), "")
+            )
+            function = part.get("function") or {}
+            call["id"] = part.get("id") or call["id"]
+            call["name"] = function.get("name") or call["name"]
+            call["arguments"] += function.get("arguments") or ""
+        if text := delta.get("content"):
+            if not isinstance(text, str):
+                raise TypeError(f"content is a {type(text).__name__}")
+            self.content.append(text)
+        return text
+
+    def response(self) -> ModelResponse:
+        if not self.chosen:
+            raise ModelError("the model answered without a choice")
+        tool_calls = [
+            ToolCall(id=call["id"], name=call["name"], arguments=call["arguments"] or "{}")
+            for _, call in sorted(self.calls.items())
+            if call["name"]
+        ]
+        text = "".join(self.content) or None
+        if not tool_calls and not text:
+            raise ModelError("the model answered with neither text nor a tool call")
+        return ModelResponse(content=text, tool_calls=tool_calls, usage=self.usage)
 
 
 def _retry_after(error: openai.RateLimitError) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from runs import extensions
-from runs.llm import DeltaSink, ModelResponse, ToolCall
+from runs.llm import DeltaSink, Messages, ModelResponse, ToolCall, ToolSchemas
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,7 @@ class ScriptedModel:
         self.waits = self.word_seconds > 0
 
     async def acomplete(
-        self,
-        *,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        deltas: DeltaSink | None = None,
+        self, *, messages: Messages, tools: ToolSchemas, deltas: DeltaSink | None = None
     ) -> ModelResponse:
         response = self.complete(messages=messages, tools=tools)
         for index, word in enumerate((response.content or "").split(" ")):
@@ -96,9 +92,7 @@ class ScriptedModel:
                 await deltas.add(word if index == 0 else " " + word)
         return response
 
-    def complete(
-        self, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-    ) -> ModelResponse:
+    def complete(self, *, messages: Messages, tools: ToolSchemas) -> ModelResponse:
         declared = {tool["function"]["name"] for tool in tools}
         transcript = Transcript.read(messages)
         move = self.script(transcript, declared)

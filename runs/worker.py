@@ -347,10 +347,16 @@ def _abandon_lost(batch: list[_RunInBatch]) -> None:
         return
     try:
         now = timezone.now()
-        # One read by key, however many runs wait: the lease is checked on each row here.
-        rows = AgentRun.objects.only(
-            "status", "lease_token", "control_version", "lease_expires_at"
-        ).in_bulk([entry.lease.run_id for entry in batch])
+        # One read of plain rows, however many runs wait (it comes every CANCEL_POLL_SECONDS
+        # for hundreds of runs, so no model instances): the lease is checked on each row here.
+        rows = {
+            row.pk: row
+            for row in AgentRun.objects.filter(
+                pk__in=[entry.lease.run_id for entry in batch]
+            ).values_list(
+                "pk", "status", "lease_token", "control_version", "lease_expires_at", named=True
+            )
+        }
         lost = [
             entry
             for entry in batch

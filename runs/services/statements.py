@@ -121,7 +121,8 @@ def held_by(lease, now) -> Q:
 
 
 def held_by_row(run, lease, now) -> bool:
-    """held_by() read off a run row the caller has locked and loaded."""
+    """held_by() read off a run row the caller loaded (a model or a named row with pk,
+    status, lease_token, control_version and lease_expires_at)."""
     return (
         run.pk == lease.run_id
         and run.status == RunStatus.RUNNING

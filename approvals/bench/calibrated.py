@@ -22,6 +22,9 @@ from runs import worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunStatus
 
+# Ticks the calibration may take to finish its runs (one does, unless slices run out).
+CALIBRATION_TICKS = 10
+
 KEYS = [
     "scenario",
     "database",
@@ -96,18 +99,30 @@ def _calibrate(
     with counter.counting():
         shop.queue(count)
         tick_queries_from = counter.queries
-        worker.tick()
+        _tick_while_busy(shop)
         tick_queries = counter.queries - tick_queries_from
         if resume is not None:
             resume(shop.merchant)
             resumed_from = counter.queries
-            worker.tick()
+            _tick_while_busy(shop)
             tick_queries += counter.queries - resumed_from
     done = AgentRun.objects.filter(merchant=shop.merchant, status=RunStatus.COMPLETED)
     if done.count() != count:
         raise CommandError(f"calibration: {done.count()} of {count} runs completed")
     steps = done.aggregate(steps=Sum("step"))["steps"]
     return tick_queries / steps, counter.commits / count
+
+
+def _tick_while_busy(shop: BenchShop) -> None:
+    """Tick until none of the shop's runs is queued or running: a slice that ends before its
+    runs do (slow model calls on a busy machine) hands them back, to be claimed again."""
+    busy = AgentRun.objects.filter(
+        merchant=shop.merchant, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]
+    )
+    for _ in range(CALIBRATION_TICKS):
+        worker.tick()
+        if not busy.exists():
+            return
 
 
 def approvals_approve(merchant: Merchant) -> None:

@@ -25,17 +25,20 @@ class MerchantScopedAdmin(admin.ModelAdmin):
     def has_view_permission(self, request, obj=None):
         return super().has_view_permission(request, obj) or supervises_any(request.user)
 
+    def shops_of(self, user):
+        """The shops whose rows `user` (not a superuser) sees here: the one scope of the
+        list, the choices and the filters."""
+        return merchants_supervised_by(user=user)
+
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
         if request.user.is_superuser:
             return queryset
-        return queryset.filter(
-            **{f"{self.merchant_field}__in": merchants_supervised_by(user=request.user)}
-        )
+        return queryset.filter(**{f"{self.merchant_field}__in": self.shops_of(request.user)})
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.name == "merchant" and not request.user.is_superuser:
-            kwargs["queryset"] = merchants_supervised_by(user=request.user)
+            kwargs["queryset"] = self.shops_of(request.user)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
@@ -68,19 +71,8 @@ class OperatorScopedAdmin(MerchantScopedAdmin):
     def has_change_permission(self, request, obj=None):
         return self._operates(request, obj)
 
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(
-            **{f"{self.merchant_field}__in": merchants_operated_by(user=request.user)}
-        )
-
-    def formfield_for_foreignkey(self, db_field, request, **kwargs):
-        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
-        if db_field.name == "merchant" and not request.user.is_superuser:
-            field.queryset = merchants_operated_by(user=request.user)
-        return field
+    def shops_of(self, user):
+        return merchants_operated_by(user=user)
 
 
 class ReadOnlyAdminMixin:

@@ -53,18 +53,13 @@ def _operated(model_admin, request, queryset):
     return operated
 
 
+# What names a run and where it stands: the list's first columns and the page's first fields.
+RUN_HEADLINE = ["id", "merchant", "account", "status", "next_node", "step"]
+
+
 @admin.register(AgentRun)
 class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
-    list_display = [
-        "id",
-        "merchant",
-        "account",
-        "status",
-        "next_node",
-        "step",
-        "error_detail",
-        "created_at",
-    ]
+    list_display = [*RUN_HEADLINE, "error_detail", "created_at"]
     list_filter = ["status", "graph_version", "merchant"]
     search_fields = ["id", "account__username", "idempotency_key"]
     actions = ["cancel_selected", "unpark_selected", "fail_parked_selected"]
@@ -72,12 +67,7 @@ class AgentRunAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
     date_hierarchy = "created_at"
     inlines = [RunEventInline, ModelAttemptInline, ToolExecutionInline]
     readonly_fields = [
-        "id",
-        "merchant",
-        "account",
-        "status",
-        "next_node",
-        "step",
+        *RUN_HEADLINE,
         "version",
         "graph_version",
         "result",

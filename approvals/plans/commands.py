@@ -140,17 +140,38 @@ def ticket_confirm(*, ticket: Ticket, principal: Principal, proposal_version: in
             ticket=locked, proposal_version=version, customer=principal.user
         )
 
-    return _ticket_command(
+    return _customer_answer(
         ticket=ticket,
         principal=principal,
         proposal_version=proposal_version,
-        move=TicketMove(
-            allowed=(TicketStatus.WAITING_CONFIRMATION,),
-            status=TicketStatus.WAITING_REVIEW,
-            kind=BusinessEventKind.CONFIRMED,
-            data={},
-            record=record,
-        ),
+        status=TicketStatus.WAITING_REVIEW,
+        kind=BusinessEventKind.CONFIRMED,
+        data={},
+        record=record,
+    )
+
+
+def _customer_answer(
+    *,
+    ticket: Ticket,
+    principal: Principal,
+    proposal_version: int,
+    status: str,
+    kind: str,
+    data: dict[str, Any],
+    record: Callable[[Ticket, int], None] | None = None,
+) -> Ticket:
+    """The customer's answer to the proposal waiting for it: the ticket moves to `status`
+    with an event of `kind` (and `record` is written under the ticket's lock)."""
+    move = TicketMove(
+        allowed=(TicketStatus.WAITING_CONFIRMATION,),
+        status=status,
+        kind=kind,
+        data=data,
+        record=record,
+    )
+    return _ticket_command(
+        ticket=ticket, principal=principal, proposal_version=proposal_version, move=move
     )
 
 
@@ -187,16 +208,13 @@ def ticket_revise(
                 "Say what should change in the plan.",
                 errors=[{"field": "note", "message": "Say what should change in the plan."}],
             )
-        return _ticket_command(
+        return _customer_answer(
             ticket=ticket,
             principal=principal,
             proposal_version=proposal_version,
-            move=TicketMove(
-                allowed=(TicketStatus.WAITING_CONFIRMATION,),
-                status=TicketStatus.NEEDS_REVISION,
-                kind=BusinessEventKind.CHANGES_REQUESTED,
-                data={"note": note},
-            ),
+            status=TicketStatus.NEEDS_REVISION,
+            kind=BusinessEventKind.CHANGES_REQUESTED,
+            data={"note": note},
         )
     plan_supervisor_check(principal, "revise")
     if items is None:

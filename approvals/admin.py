@@ -250,6 +250,7 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                     else None,
                     reason=form.cleaned_data["reason"],
                     args_digest=form.cleaned_data["args_digest"] or None,
+                    via="admin",
                 )
             except errors.ArgumentsChanged:
                 approval.refresh_from_db()
@@ -294,7 +295,11 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         for approval in queryset.select_related("run", "merchant"):
             try:
                 services.approval_decide_as_user(
-                    approval=approval, user=request.user, decision=Decision.REJECT, reason=reason
+                    approval=approval,
+                    user=request.user,
+                    decision=Decision.REJECT,
+                    reason=reason,
+                    via="admin",
                 )
             except DomainError as refusal:
                 who = refusal.context.get("decided_by")

@@ -11,6 +11,7 @@ change in the same transaction and never disagree.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,8 @@ class DecisionRequest:
     reason: str = ""
     # The digest of the arguments the decider saw (pages always send it).
     args_digest: str | None = None
+    # Where the decision was made, for the record: api, page, admin or email_link.
+    via: str = "api"
 
 
 def decision_validate(*, approval: Approval | None, request: DecisionRequest) -> dict | None:
@@ -92,13 +95,18 @@ def decision_validate(*, approval: Approval | None, request: DecisionRequest) ->
 
 
 def approval_decide(
-    *, run: AgentRun, principal: Principal, request: DecisionRequest
+    *,
+    run: AgentRun,
+    principal: Principal,
+    request: DecisionRequest,
+    before_deciding: Callable[[Approval], None] | None = None,
 ) -> tuple[AgentRun, Approval]:
     """Decide a pending call: approve, revise (approve edited arguments) or reject.
 
     The checks come in the order of DESIGN 6.1. The caller has checked that the run is
     visible (404) and that the principal may decide (403). Of any number of concurrent
-    decisions on one interrupt exactly one succeeds.
+    decisions on one interrupt exactly one succeeds. `before_deciding` is the caller's last
+    check (an email link's claim), made holding the locks on the pending, not yet due call.
     """
     if not principal.can_supervise and not principal.is_service:
         raise errors.NotAllowed("Only supervisors decide tool calls.")
@@ -125,6 +133,8 @@ def approval_decide(
             _expire_locked(locked, snapshot, approval)
             expired = True
         else:
+            if before_deciding is not None:
+                before_deciding(approval)
             _decide_locked(locked, snapshot, approval, principal, request, revised)
     if expired:
         # Committed above: the call is EXPIRED and the run resumed; only now refuse.
@@ -141,6 +151,7 @@ def approval_decide_as_user(
     tool_args=None,
     reason: str = "",
     args_digest: str | None = None,
+    via: str = "page",
 ) -> tuple[AgentRun, Approval]:
     """approval_decide for a signed-in user (the admin and the portal), by their current
     role in the call's shop."""
@@ -156,6 +167,7 @@ def approval_decide_as_user(
             tool_args=tool_args,
             reason=reason,
             args_digest=args_digest,
+            via=via,
         ),
     )
 
@@ -245,6 +257,7 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
                     "approvals_given": given,
                     "required_approvals": required,
                     "tool_args": arguments if request.decision == Decision.REVISE else None,
+                    "via": request.via,
                 },
             )
         ],
@@ -319,6 +332,7 @@ def _settle_locked(run, snapshot, approval, principal, request, approved, requir
                 "decided_by": principal.public_name,
                 "reason": request.reason or None,
                 "tool_args": approved,
+                "via": request.via,
             },
         ),
     )

@@ -146,6 +146,20 @@ def currency_of(approval: Approval, currencies: dict[tuple[int, str], str]) -> s
     return currencies.get((approval.merchant_id, number), Order._meta.get_field("currency").default)
 
 
+def on_the_table(approval: Approval) -> tuple[Any, str]:
+    """The amount approving the call now would approve (None when it has none), and its
+    currency."""
+    currency = currency_of(approval, currencies_of([approval]))
+    return approval.arguments_on_the_table.get("amount"), currency
+
+
+def decision_named(approval: Approval, decision: str) -> str:
+    """An email link's decision as its button says it: "Approve 20.00 EUR", "Reject 20.00 EUR"."""
+    verb = "Reject" if decision == Decision.REJECT else "Approve"
+    amount, currency = on_the_table(approval)
+    return f"{verb} {money(amount, currency)}" if amount else verb
+
+
 def plan_lines(order: Order, items: list[dict[str, Any]]) -> list[str]:
     """An exchange plan's lines by the products' names and sizes:
     `1 x Trail running shoes, size 42, for size 43`."""

@@ -9,6 +9,7 @@ from approvals.models.gate import (
     ApprovalVote,
     CancelCause,
     Decision,
+    DecisionLink,
     args_digest,
 )
 from approvals.models.outbox import (
@@ -47,6 +48,7 @@ __all__ = [
     "CancelCause",
     "Confirmation",
     "Decision",
+    "DecisionLink",
     "Delivery",
     "DeliveryStatus",
     "FollowupRequest",

@@ -5,6 +5,7 @@ import hashlib
 import json
 
 from django.conf import settings
+from django.core import signing
 from django.db import models
 
 from agentportal.models import Merchant
@@ -222,3 +223,48 @@ class ApprovalVote(models.Model):
         if self.user_id:
             return self.user.get_username()
         return f"service:{self.approval.merchant.slug}"
+
+
+class DecisionLink(models.Model):
+    """One decision, by one person, on one call's arguments, offered by email: following it
+    asks the person to confirm, and confirming decides as them (their role now). The link's
+    token is signed from the row's key (approvals.gate.decision_links) and never stored; a link
+    is used at most once and no longer than its call waits."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="links")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    decision = models.CharField(max_length=8, choices=Decision.choices)
+    # The arguments the email showed: a revision since makes the link decide nothing.
+    args_digest = models.CharField(max_length=64)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(decision__in=["approve", "reject"]),
+                name="link_approves_or_rejects",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision} {self.approval_id} by user {self.user_id}"
+
+    @property
+    def token(self) -> str:
+        """What the email's link carries: the row's key, signed (URL-safe)."""
+        return _link_signer().sign(str(self.pk))
+
+    @classmethod
+    def pk_of(cls, token: str) -> int | None:
+        """The key a token was signed from; None for a token this site did not sign."""
+        try:
+            return int(_link_signer().unsign(token))
+        except (signing.BadSignature, ValueError):
+            return None
+
+
+def _link_signer() -> signing.Signer:
+    # "." is outside the signature's URL-safe alphabet: the token is one path segment.
+    return signing.Signer(salt="approvals.decision-link", sep=".")

@@ -10,29 +10,38 @@ from django.urls import reverse
 from agentportal.models import Merchant, Role
 from agentportal.selectors import supervisor_memberships
 from approvals import customer_words
-from approvals.models import Approval, ApprovalStatus, Transport
+from approvals.models import Approval, ApprovalStatus, Decision, DecisionLink, Transport
 from approvals.notify.outbox import delivery_queue
 
 
+def _call_of(approval: Approval) -> dict:
+    """What every webhook about a call names: the call, its run, the tool and its arguments."""
+    return {
+        "interrupt_id": approval.interrupt_id,
+        "run_id": str(approval.run_id),
+        "tool_name": approval.tool_name,
+        "tool_args": approval.proposed_args,
+    }
+
+
 def approval_requested_notify(*, approval: Approval) -> None:
-    """Queue the notifications of a new pending call. Call inside the transaction that writes
+    """Queue the notifications of a new pending call: the signed webhook, and to each
+    supervisor an email with links deciding it as them. Call inside the transaction that writes
     the Approval."""
-    _supervisors_notify(
+    _webhook_queue(
         merchant=approval.merchant,
         event="approval.requested",
-        payload={
-            "interrupt_id": approval.interrupt_id,
-            "run_id": str(approval.run_id),
-            "tool_name": approval.tool_name,
-            "tool_args": approval.proposed_args,
-            "expires_at": approval.expires_at.isoformat(),
-        },
+        payload={**_call_of(approval), "expires_at": approval.expires_at.isoformat()},
+    )
+    _decision_emails_queue(
+        approval=approval,
+        event="approval.requested",
+        memberships=supervisor_memberships(merchant=approval.merchant),
         subject=f"Approval needed: {approval.tool_name} ({approval.interrupt_id})",
         body=(
             f"The agent wants to run {approval.tool_name} with:\n"
-            f"{_arguments_text(approval.proposed_args)}\n\n"
-            f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC:\n"
-            f"{_portal_link('portal-approval', interrupt_id=approval.interrupt_id)}"
+            f"{_arguments_text(approval.arguments_on_the_table)}\n\n"
+            f"Decide before {approval.expires_at:%Y-%m-%d %H:%M} UTC."
         ),
     )
 
@@ -42,39 +51,47 @@ def approval_escalated_notify(*, approval: Approval) -> None:
     `approval.escalated`, and an email to the shop's operators and the policy's address. Call
     inside the transaction that marks it escalated."""
     rules = approval.policy_version
-    recipients = [rules.escalate_to_email] if rules and rules.escalate_to_email else []
+    operators = []
     if rules is None or rules.escalate_to_operators:
-        recipients += [
-            membership.user.email
+        operators = [
+            membership
             for membership in supervisor_memberships(merchant=approval.merchant)
-            if membership.role == Role.OPERATOR and membership.user.email
+            if membership.role == Role.OPERATOR
         ]
     waited = int((approval.escalated_at - approval.created_at).total_seconds() // 60)
     _webhook_queue(
         merchant=approval.merchant,
         event="approval.escalated",
         payload={
-            "interrupt_id": approval.interrupt_id,
-            "run_id": str(approval.run_id),
-            "tool_name": approval.tool_name,
-            "tool_args": approval.proposed_args,
+            **_call_of(approval),
             "waiting_since": approval.created_at.isoformat(),
             "escalated_at": approval.escalated_at.isoformat(),
             "expires_at": approval.expires_at.isoformat(),
         },
     )
-    _emails_queue(
-        merchant=approval.merchant,
-        event="approval.escalated",
-        recipients=recipients,
-        subject=f"Escalated: {approval.tool_name} waits for a decision ({approval.interrupt_id})",
-        body=(
-            f"Nobody has decided this call for {waited} minutes. The agent wants to run "
-            f"{approval.tool_name} with:\n{_arguments_text(approval.proposed_args)}\n\n"
-            f"It expires at {approval.expires_at:%Y-%m-%d %H:%M} UTC:\n"
-            f"{_portal_link('portal-approval', interrupt_id=approval.interrupt_id)}"
-        ),
+    subject = f"Escalated: {approval.tool_name} waits for a decision ({approval.interrupt_id})"
+    body = (
+        f"Nobody has decided this call for {waited} minutes. The agent wants to run "
+        f"{approval.tool_name} with:\n{_arguments_text(approval.arguments_on_the_table)}\n\n"
+        f"It expires at {approval.expires_at:%Y-%m-%d %H:%M} UTC."
     )
+    _decision_emails_queue(
+        approval=approval,
+        event="approval.escalated",
+        memberships=operators,
+        subject=subject,
+        body=body,
+    )
+    # The policy's address may be nobody's account: it gets the call's page, not links.
+    operator_addresses = {membership.user.email for membership in operators}
+    if rules and rules.escalate_to_email and rules.escalate_to_email not in operator_addresses:
+        _emails_queue(
+            merchant=approval.merchant,
+            event="approval.escalated",
+            recipients=[rules.escalate_to_email],
+            subject=subject,
+            body=f"{body}\n{_approval_link(approval)}",
+        )
 
 
 def plan_waits_for_supervisor_notify(
@@ -129,6 +146,53 @@ def approval_decided_notify(*, approval_id: int) -> None:
             )
         },
     )
+
+
+def _decision_emails_queue(
+    *, approval: Approval, event: str, memberships, subject: str, body: str
+) -> None:
+    """To each person, an email about a pending call with two links of their own: approve
+    the arguments it shows, or reject. Each decides once, as that person, after they confirm
+    on the page it opens (a mail scanner following it decides nothing)."""
+    for membership in memberships:
+        user = membership.user
+        if not user.email:
+            continue
+        links = {
+            decision: _portal_link(
+                "portal-decision-link",
+                token=DecisionLink.objects.create(
+                    approval=approval,
+                    user=user,
+                    decision=decision,
+                    args_digest=approval.digest_on_the_table,
+                    expires_at=approval.expires_at,
+                ).token,
+            )
+            for decision in (Decision.APPROVE, Decision.REJECT)
+        }
+        delivery_queue(
+            merchant=approval.merchant,
+            transport=Transport.EMAIL,
+            event=event,
+            recipient=user.email,
+            subject=subject,
+            payload={
+                "body": (
+                    f"{body}\n\n"
+                    f"{customer_words.decision_named(approval, Decision.APPROVE)}: "
+                    f"{links[Decision.APPROVE]}\n"
+                    f"Reject: {links[Decision.REJECT]}\n\n"
+                    "These links are yours: each asks you to confirm, then decides as you, once. "
+                    "They stop working when the call is decided, changed or expires.\n"
+                    f"The call in the portal: {_approval_link(approval)}"
+                )
+            },
+        )
+
+
+def _approval_link(approval: Approval) -> str:
+    return _portal_link("portal-approval", interrupt_id=approval.interrupt_id)
 
 
 def _portal_link(name: str, **kwargs) -> str:

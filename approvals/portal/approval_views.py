@@ -69,7 +69,7 @@ def approval_page(request, interrupt_id: str):
                         reason=form.cleaned_data["reason"],
                         args_digest=form.cleaned_data["args_digest"] or None,
                     )
-                    messages.success(request, _done_message(action, decided, run))
+                    messages.success(request, decided_message(action, decided, run))
                     return redirect("portal-approval", interrupt_id=interrupt_id)
             except errors.ArgumentsChanged:
                 # News, not a mistake: the page shows the arguments now on the table, and
@@ -262,7 +262,7 @@ def _diff(approval: Approval, revised: dict) -> list[dict]:
     ]
 
 
-def _done_message(action: str, approval: Approval, run) -> str:
+def decided_message(action: str, approval: Approval, run) -> str:
     if approval.status == ApprovalStatus.PENDING_APPROVAL:
         # The first of two approvals: nothing runs yet.
         given = f"{len(approval.current_votes)} of {approval.required_approvals} approvals"

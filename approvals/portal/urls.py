@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals.portal import approval_views, live_views, plan_views, views
+from approvals.portal import approval_views, link_views, live_views, plan_views, views
 
 urlpatterns = [
     path("", views.portal_home, name="portal"),
@@ -11,6 +11,8 @@ urlpatterns = [
     path(
         "approvals/<str:interrupt_id>/live/", live_views.approval_live, name="portal-approval-live"
     ),
+    path("decide/", link_views.decision_link_confirm, name="portal-decision-confirm"),
+    path("decide/<str:token>/", link_views.decision_link_page, name="portal-decision-link"),
     path("tickets/<uuid:ticket_id>/", views.ticket_page, name="portal-ticket"),
     path(
         "tickets/<uuid:ticket_id>/revise/",

@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 from agentportal.problems import Problem
 from agentportal.schema import ids_from, link, problems
 from approvals import plans, selectors
-from approvals.gate import services
+from approvals.gate import attention, services
 from approvals.gate.policies import PolicyRules, policy_tool_names, policy_update
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
 from approvals.request_shapes import decision_bodies, ticket_decide_bodies, ticket_revise_bodies
@@ -170,7 +170,9 @@ class ApprovalDetailView(APIView):
     )
     def get(self, request, interrupt_id):
         approval = approval_or_404(request, interrupt_id)
-        supervisor_or_403(request)
+        principal = supervisor_or_403(request)
+        if principal.can_supervise:
+            attention.approval_seen_record(approval=approval, user=principal.user)
         return Response(ApprovalSerializer(approval).data)
 
 

@@ -1,7 +1,9 @@
 import hashlib
 from dataclasses import dataclass
+from datetime import timedelta
 
-from django.db.models import Expression, F, OuterRef, QuerySet, Subquery
+from django.db.models import Case, DateTimeField, Expression, F, OuterRef, QuerySet, Subquery, When
+from django.utils import timezone
 from django.utils.text import capfirst
 
 from agentportal.models import Membership, Role
@@ -79,15 +81,21 @@ INBOX_SORTS = {
 }
 
 
+# A call that expires this soon is at risk: the inbox lists it first, the soonest first.
+AT_RISK_WITHIN = timedelta(minutes=10)
+
+
 def approvals_pending_for_supervisor(*, user, amount: Expression, sort: str = "age"):
     """The calls waiting for this supervisor's decision, with `amount` (an expression of a
     call's amount as a number, None for a call without one) annotated to sort by: `sort` is
-    one of INBOX_SORTS."""
+    one of INBOX_SORTS, after the calls at risk of expiring (`at_risk_until`, their expiry;
+    None for the others)."""
+    at_risk = When(expires_at__lte=timezone.now() + AT_RISK_WITHIN, then=F("expires_at"))
     return (
         approvals_for_supervisor(user=user)
         .filter(status=ApprovalStatus.PENDING_APPROVAL)
-        .annotate(amount=amount)
-        .order_by(*INBOX_SORTS[sort])
+        .annotate(amount=amount, at_risk_until=Case(at_risk, output_field=DateTimeField()))
+        .order_by(F("at_risk_until").asc(nulls_last=True), *INBOX_SORTS[sort])
     )
 
 

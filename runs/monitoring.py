@@ -20,14 +20,21 @@ PROCESS_FRESH = timedelta(seconds=10)
 CALLS_THAT_ENDED = (AttemptStatus.RESPONDED, AttemptStatus.FAILED)
 
 
+def quantile_values(values: list[float]) -> list[tuple[str, float]]:
+    """(quantile, value) for each of QUANTILES, by the nearest rank; none when no values."""
+    ordered = sorted(values)
+    return [
+        (str(quantile), ordered[min(len(ordered) - 1, int(quantile * len(ordered)))])
+        for quantile in QUANTILES
+        if ordered
+    ]
+
+
 def quantiles(name: str, documentation: str, values: list[float]) -> GaugeMetricFamily:
     """Quantiles of recent values as a gauge with a `quantile` label (none when no values)."""
     family = GaugeMetricFamily(name, documentation, labels=["quantile"])
-    if values:
-        ordered = sorted(values)
-        for quantile in QUANTILES:
-            index = min(len(ordered) - 1, int(quantile * len(ordered)))
-            family.add_metric([str(quantile)], ordered[index])
+    for quantile, value in quantile_values(values):
+        family.add_metric([quantile], value)
     return family
 
 

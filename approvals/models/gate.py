@@ -143,6 +143,8 @@ class Approval(models.Model):
     decided_by_policy = models.BooleanField(default=False)
     escalate_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
+    # When a supervisor first opened the call (its page, or over the API as a person).
+    first_seen_at = models.DateTimeField(null=True, blank=True)
     # Why it was CANCELLED: its run ended before the call executed.
     cancel_cause = models.CharField(max_length=20, choices=CancelCause.choices, blank=True)
     result = models.JSONField(null=True, blank=True)

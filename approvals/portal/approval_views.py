@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods
 from agentportal import errors
 from agentportal.errors import DomainError
 from approvals import selectors
-from approvals.gate import calls, decision_context, services
+from approvals.gate import attention, calls, decision_context, services
 from approvals.gate.decision_context import money
 from approvals.models import Approval, ApprovalStatus, Decision
 from approvals.portal import live
@@ -39,6 +39,8 @@ def approval_page(request, interrupt_id: str):
     )
     if approval is None:
         raise Http404("No such call in your shops.")
+    if request.method == "GET":
+        attention.approval_seen_record(approval=approval, user=request.user)
     form = DecisionForm(request.POST or None)
     typed = _typed_form(approval, request.POST if ArgumentsForm.submitted(request.POST) else None)
     typed_used = typed is not None and typed.is_bound

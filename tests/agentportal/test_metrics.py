@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -11,6 +12,9 @@ from runs import worker
 from runs.models import AgentRun
 from runs.services import heartbeat_record
 from tests import factories
+from tests.approvals.policy_helpers import approval_of, policy_set, refund_run
+from tests.approvals.refund_helpers import refund_run_waiting
+from tests.pages import signed_in
 
 TOKEN = "scrape-token-for-tests"
 STATUS = "What is the status of order ORD-1001?"
@@ -102,3 +106,66 @@ def test_the_details_healthz_keeps_from_anyone_are_in_the_metrics():
     assert scraped[("agentportal_model_endpoint_calls", (*labels, ("state", "in_flight")))] == 4
     assert scraped[("agentportal_model_endpoint_calls", (*labels, ("state", "waiting")))] == 2
     assert scraped[("agentportal_model_endpoint_paused_seconds", labels)] == 1.5
+
+
+def _decided_at(approval, clock, minutes: int, api, *, look_after: int | None = None) -> None:
+    """sam looks at the call `look_after` minutes after its pause (or never) and approves it
+    over the API `minutes` after."""
+    if look_after is not None:
+        clock.shift(timedelta(minutes=look_after))
+        signed_in("sam").get(f"/portal/approvals/{approval.interrupt_id}/")
+    clock.shift(timedelta(minutes=minutes - (look_after or 0)))
+    response = api("sam").post(
+        f"/api/v1/approvals/{approval.interrupt_id}/decision",
+        {"decision": "approve", "args_digest": approval.digest_on_the_table},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("metrics_on")
+def test_time_to_first_look_and_to_decide_by_shop(demo, api):
+    # given a refund sam opens after a minute and approves after five
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        approval = refund_run_waiting().approval
+        _decided_at(approval, clock, 5, api, look_after=1)
+
+    # when
+    scraped = _scrape()
+
+    # then
+    shop = ("shop", demo.slug)
+    assert scraped[("agentportal_decision_first_view_seconds", (("quantile", "0.5"), shop))] == 60
+    assert scraped[("agentportal_decision_seconds", (("quantile", "0.5"), shop))] == 300
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("metrics_on")
+def test_a_call_decided_unopened_was_first_seen_when_decided(demo, api):
+    # given a refund approved over the API after three minutes, its page never opened
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        approval = refund_run_waiting().approval
+        _decided_at(approval, clock, 3, api)
+
+    # when
+    scraped = _scrape()
+
+    # then
+    shop = ("shop", demo.slug)
+    assert scraped[("agentportal_decision_first_view_seconds", (("quantile", "0.95"), shop))] == 180
+    assert scraped[("agentportal_decision_seconds", (("quantile", "0.95"), shop))] == 180
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("metrics_on")
+def test_calls_the_policy_approved_at_once_waited_for_nobody(demo):
+    # given a refund the shop's policy approves by its rule
+    policy_set(demo, auto_approve_up_to="50.00")
+    assert approval_of(refund_run(demo, "20")).decided_by_policy
+
+    # when
+    scraped = _scrape()
+
+    # then no time to decide is reported for the shop
+    assert not [key for key in scraped if key[0].startswith("agentportal_decision_")]

@@ -4,6 +4,7 @@ from datetime import UTC
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.auth.models import User
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -11,14 +12,17 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from agentportal import errors
-from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
+from agentportal.admin import MerchantScopedAdmin, OperatorScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
-from approvals.gate import services
+from agentportal.models import Role
+from agentportal.selectors import principal_for_user
+from approvals.gate import assignment, services
 from approvals.gate.policy_admin import ApprovalPolicyAdmin
 from approvals.models import (
     Approval,
     ApprovalPolicy,
     ApprovalStatus,
+    ApproverGroup,
     Decision,
     FollowupRequest,
     Order,
@@ -71,6 +75,9 @@ class ExpiringSoonFilter(admin.SimpleListFilter):
 
 class DecisionActionForm(ActionForm):
     reason = forms.CharField(required=False, label="Reason (to reject)", max_length=2000)
+    assignee = forms.CharField(
+        required=False, label="Supervisor or group (to assign; blank unassigns)", max_length=150
+    )
 
 
 class DecideForm(forms.Form):
@@ -102,14 +109,21 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         "run_link",
         "customer",
         "time_left",
+        "assigned",
         "decided_by",
         "created_at",
     ]
     list_filter = ["status", ExpiringSoonFilter, "tool_name", "merchant"]
-    list_select_related = ["run__account", "decided_by", "merchant"]
+    list_select_related = [
+        "run__account",
+        "decided_by",
+        "merchant",
+        "assigned_user",
+        "assigned_group",
+    ]
     search_fields = ["interrupt_id", "run__account__username"]
     # No bulk approve: an approval pays what its page showed, one call at a time.
-    actions = ["reject_selected"]
+    actions = ["reject_selected", "assign_selected"]
     action_form = DecisionActionForm
     readonly_fields = [
         "interrupt_id",
@@ -309,6 +323,60 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
                 )
             else:
                 self.message_user(request, f"Approval {approval.interrupt_id}: rejected.")
+
+    @admin.display(description="Assigned to")
+    def assigned(self, approval: Approval) -> str:
+        return approval.assigned_name or None
+
+    @admin.action(description="Assign the selected calls (to the supervisor or group above)")
+    def assign_selected(self, request, queryset):
+        name = request.POST.get("assignee", "")
+        for approval in queryset.select_related("run", "merchant"):
+            principal = principal_for_user(user=request.user, merchant=approval.merchant)
+            try:
+                if principal is None:
+                    raise errors.NotAllowed("You do not supervise this call's shop.")
+                assignment.approval_assign(
+                    approval=approval,
+                    principal=principal,
+                    assignee=assignment.assignee_named(merchant=approval.merchant, name=name),
+                )
+            except DomainError as refusal:
+                self.message_user(
+                    request, f"Approval {approval.interrupt_id}: {refusal.detail}", messages.WARNING
+                )
+            else:
+                to = name.strip() or "nobody"
+                self.message_user(request, f"Approval {approval.interrupt_id}: assigned to {to}.")
+
+
+@admin.register(ApproverGroup)
+class ApproverGroupAdmin(OperatorScopedAdmin):
+    """A shop's approver groups are its operators' to set; members are its supervisors."""
+
+    list_display = ["name", "merchant", "member_names"]
+    list_filter = ["merchant"]
+    filter_horizontal = ["members"]
+
+    @admin.display(description="Members")
+    def member_names(self, group: ApproverGroup) -> str:
+        return ", ".join(member.get_username() for member in group.members.all()) or None
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("members")
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if db_field.name == "members":
+            # One filter call: the role and the shop are of the same membership.
+            of_a_shop = {
+                "memberships__role__in": [Role.SUPERVISOR, Role.OPERATOR],
+                "memberships__active": True,
+            }
+            if not request.user.is_superuser:
+                of_a_shop["memberships__merchant__in"] = self.shops_of(request.user)
+            supervisors = User.objects.filter(**of_a_shop)
+            kwargs["queryset"] = supervisors.distinct()
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
 
 
 @admin.register(FollowupRequest)

@@ -13,6 +13,13 @@ from approvals import plans, selectors
 from approvals.gate import attention, services
 from approvals.gate.policies import PolicyRules, policy_tool_names, policy_update
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
+from approvals.plan_serializers import (
+    TicketConfirmSerializer,
+    TicketDecideSerializer,
+    TicketPageSerializer,
+    TicketReviseSerializer,
+    TicketSerializer,
+)
 from approvals.request_shapes import decision_bodies, ticket_decide_bodies, ticket_revise_bodies
 from approvals.serializers import (
     ApprovalPageSerializer,
@@ -23,11 +30,6 @@ from approvals.serializers import (
     PolicyListSerializer,
     PolicyRulesSerializer,
     PolicySerializer,
-    TicketConfirmSerializer,
-    TicketDecideSerializer,
-    TicketPageSerializer,
-    TicketReviseSerializer,
-    TicketSerializer,
 )
 from runs.api import cursor_parameter, filtered_page, principal_of, run_or_404
 from runs.selectors import run_for

@@ -14,7 +14,8 @@ from agentportal.serializers import (
     TextField,
 )
 from approvals.models import Decision, PlanDecision
-from approvals.serializers import ArgsDigestField, ExchangeItemsField
+from approvals.plan_serializers import ExchangeItemsField
+from approvals.serializers import ArgsDigestField
 
 # A reason or note as the API keeps it: up to 2,000 characters.
 NOTE_LENGTH = 2000

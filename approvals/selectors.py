@@ -1,9 +1,11 @@
 import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
 
-from django.db.models import Case, DateTimeField, Expression, F, OuterRef, QuerySet, Subquery, When
-from django.utils import timezone
+from django.db.models import (
+    OuterRef,
+    QuerySet,
+    Subquery,
+)
 from django.utils.text import capfirst
 
 from agentportal.models import Membership, Role
@@ -54,7 +56,9 @@ def approvals_visible_to(principal: Principal) -> QuerySet[Approval]:
     """A merchant's approvals, with what their representation needs in the same query."""
     return (
         Approval.objects.filter(merchant=principal.merchant)
-        .select_related("merchant", "decided_by", "policy_version")
+        .select_related(
+            "merchant", "decided_by", "policy_version", "assigned_user", "assigned_group"
+        )
         .prefetch_related("votes__user")
     )
 
@@ -67,35 +71,15 @@ def approvals_for_supervisor(*, user) -> QuerySet[Approval]:
     """The calls a signed-in supervisor may see, across the shops they supervise now."""
     return (
         Approval.objects.filter(merchant__in=merchants_supervised_by(user=user))
-        .select_related("merchant", "decided_by", "run__account", "policy_version")
+        .select_related(
+            "merchant",
+            "decided_by",
+            "run__account",
+            "policy_version",
+            "assigned_user",
+            "assigned_group",
+        )
         .prefetch_related("votes__user")
-    )
-
-
-# Escalated calls come first in either order: their policy says they waited too long.
-ESCALATED_FIRST = F("escalated_at").asc(nulls_last=True)
-INBOX_SORTS = {
-    # Oldest first: the call waiting longest is the customer waiting longest.
-    "age": (ESCALATED_FIRST, "created_at", "pk"),
-    "amount": (ESCALATED_FIRST, F("amount").desc(nulls_last=True), "created_at", "pk"),
-}
-
-
-# A call that expires this soon is at risk: the inbox lists it first, the soonest first.
-AT_RISK_WITHIN = timedelta(minutes=10)
-
-
-def approvals_pending_for_supervisor(*, user, amount: Expression, sort: str = "age"):
-    """The calls waiting for this supervisor's decision, with `amount` (an expression of a
-    call's amount as a number, None for a call without one) annotated to sort by: `sort` is
-    one of INBOX_SORTS, after the calls at risk of expiring (`at_risk_until`, their expiry;
-    None for the others)."""
-    at_risk = When(expires_at__lte=timezone.now() + AT_RISK_WITHIN, then=F("expires_at"))
-    return (
-        approvals_for_supervisor(user=user)
-        .filter(status=ApprovalStatus.PENDING_APPROVAL)
-        .annotate(amount=amount, at_risk_until=Case(at_risk, output_field=DateTimeField()))
-        .order_by(F("at_risk_until").asc(nulls_last=True), *INBOX_SORTS[sort])
     )
 
 

@@ -1,11 +1,16 @@
 from django.urls import path
 
-from approvals import api
+from approvals import api, assignment_api
 
 urlpatterns = [
     path("runs/<uuid:run_id>/resume", api.RunResumeView.as_view(), name="run-resume"),
     path("approvals", api.ApprovalsView.as_view(), name="approvals"),
     path("approvals/<str:interrupt_id>", api.ApprovalDetailView.as_view(), name="approval"),
+    path(
+        "approvals/<str:interrupt_id>/assign",
+        assignment_api.ApprovalAssignView.as_view(),
+        name="approval-assign",
+    ),
     path(
         "approvals/<str:interrupt_id>/decision",
         api.ApprovalDecisionView.as_view(),

@@ -2,7 +2,8 @@
 (approvals.notify.notifications writes them), approve the arguments it showed or reject.
 Following one decides nothing; the page it opens asks to confirm, and confirming decides as
 that person, by their role in the shop now, recorded `via: "email_link"`. A link is used once,
-and decides nothing once its call was decided, changed or expired, or its person's role went.
+and decides nothing once its call was decided, changed, reassigned to others or expired, or
+its person's role went.
 """
 
 from django.utils import timezone
@@ -19,7 +20,13 @@ def decision_link_read(*, token: str) -> DecisionLink:
     not sign (mistyped, cut by a mail client, or forged)."""
     pk = DecisionLink.pk_of(token)
     link = (
-        DecisionLink.objects.select_related("user", "approval__merchant", "approval__run")
+        DecisionLink.objects.select_related(
+            "user",
+            "approval__merchant",
+            "approval__run",
+            "approval__assigned_user",
+            "approval__assigned_group",
+        )
         .filter(pk=pk)
         .first()
         if pk is not None
@@ -53,12 +60,27 @@ def decision_link_refusal(link: DecisionLink) -> str:
             "The call's arguments changed after this email was sent: open the call in the "
             "portal to see them before deciding."
         )
+    if _reassigned_away(link, approval):
+        return (
+            f"This call was assigned to {approval.assigned_name} after this email was sent: "
+            "open it in the portal to decide."
+        )
     principal = principal_for_user(user=link.user, merchant=approval.merchant)
     if not link.user.is_active or principal is None or not principal.can_supervise:
         return (
             f"You no longer decide calls for {approval.merchant.name}: this link decides nothing."
         )
     return ""
+
+
+def _reassigned_away(link: DecisionLink, approval: Approval) -> bool:
+    """Whether the call went to someone else (not the link's person, nor a group of theirs)
+    after the link was sent: the email's routing no longer holds."""
+    return (
+        approval.assigned_at is not None
+        and approval.assigned_at > link.created_at
+        and not approval.assigned_to(link.user)
+    )
 
 
 def decision_link_decide(*, link: DecisionLink, reason: str = "") -> tuple[AgentRun, Approval]:
@@ -81,6 +103,8 @@ def decision_link_decide(*, link: DecisionLink, reason: str = "") -> tuple[Agent
                 tool_args=approval.arguments_on_the_table,
                 args_digest=approval.digest_on_the_table,
             )
+        if _reassigned_away(link, approval):
+            raise errors.InvalidTransition("The call was reassigned after this email was sent.")
         now = timezone.now()
         if not DecisionLink.objects.filter(pk=link.pk, used_at__isnull=True).update(used_at=now):
             raise errors.AlreadyDecided(

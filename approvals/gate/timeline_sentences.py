@@ -1,6 +1,6 @@
 """The timeline's sentences for the gate's events on a run (runs.timeline says the runtime's
-own): a call waiting for people, each approval given, the decision, an escalation and a
-refusal when carried out."""
+own): a call waiting for people, who took it, each approval given, the decision, an
+escalation and a refusal when carried out."""
 
 from runs.timeline import at_words, shortened, timeline_sentence_register, value_words
 
@@ -48,6 +48,17 @@ def _approval_escalated(data: dict, decider: str | None) -> str:
     )
 
 
+def _approval_assigned(data: dict, decider: str | None) -> str:
+    # Staff are not named here: the customer reads the run's events too.
+    if data.get("claimed"):
+        return "Taken by a supervisor"
+    if data.get("to") == "group":
+        return f"Assigned to the group {data.get('group')}"
+    if data.get("to") == "person":
+        return "Assigned to a supervisor"
+    return "Unassigned: back in everyone's inbox"
+
+
 def _approval_failed(data: dict, decider: str | None) -> str:
     error = (data.get("result") or {}).get("error", "")
     return f"{data.get('tool_name')} failed when carried out: {shortened(str(error))}"
@@ -58,4 +69,5 @@ def timeline_sentences_register() -> None:
     timeline_sentence_register("approval.approval_given", _approval_given)
     timeline_sentence_register("approval.decided", _approval_decided)
     timeline_sentence_register("approval.escalated", _approval_escalated)
+    timeline_sentence_register("approval.assigned", _approval_assigned)
     timeline_sentence_register("approval.failed", _approval_failed)

@@ -35,6 +35,7 @@ from approvals.models.shop import (
     Refund,
     StockLevel,
 )
+from approvals.models.teams import ApproverGroup
 
 __all__ = [
     "TICKET_OPEN_STATUSES",
@@ -43,6 +44,7 @@ __all__ = [
     "ApprovalPolicyVersion",
     "ApprovalStatus",
     "ApprovalVote",
+    "ApproverGroup",
     "BusinessEvent",
     "BusinessEventKind",
     "CancelCause",

@@ -9,6 +9,7 @@ from django.core import signing
 from django.db import models
 
 from agentportal.models import Merchant
+from approvals.models.teams import ApproverGroup
 
 
 def args_digest(arguments: dict) -> str:
@@ -143,6 +144,14 @@ class Approval(models.Model):
     decided_by_policy = models.BooleanField(default=False)
     escalate_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
+    # Who is on it (approvals.gate.assignment): a supervisor or a group of the shop, or nobody.
+    assigned_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    assigned_group = models.ForeignKey(
+        ApproverGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="approvals"
+    )
+    assigned_at = models.DateTimeField(null=True, blank=True)
     # When a supervisor first opened the call (its page, or over the API as a person).
     first_seen_at = models.DateTimeField(null=True, blank=True)
     # Why it was CANCELLED: its run ended before the call executed.
@@ -158,6 +167,13 @@ class Approval(models.Model):
             models.Index(fields=["status", "expires_at"], name="approval_expiry_idx"),
             models.Index(fields=["status", "escalate_at"], name="approval_escalation_idx"),
         ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(assigned_user__isnull=True)
+                | models.Q(assigned_group__isnull=True),
+                name="approval_assigned_to_one",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.interrupt_id} {self.tool_name} ({self.status})"
@@ -171,6 +187,23 @@ class Approval(models.Model):
         if self.decided_by_key_id:
             return f"service:{self.merchant.slug}"
         return None
+
+    @property
+    def assigned_name(self) -> str:
+        """Who is on the call: a supervisor's username, a group's name, or ""."""
+        if self.assigned_group_id:
+            return self.assigned_group.name
+        if self.assigned_user_id:
+            return self.assigned_user.get_username()
+        return ""
+
+    def assigned_to(self, user) -> bool:
+        """Whether the call is assigned to `user`, or to a group of theirs."""
+        if self.assigned_user_id:
+            return self.assigned_user_id == user.pk
+        return (
+            bool(self.assigned_group_id) and self.assigned_group.members.filter(pk=user.pk).exists()
+        )
 
     @property
     def arguments_on_the_table(self) -> dict:

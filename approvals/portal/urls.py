@@ -1,6 +1,13 @@
 from django.urls import path
 
-from approvals.portal import approval_views, link_views, live_views, plan_views, views
+from approvals.portal import (
+    approval_views,
+    assignment_views,
+    link_views,
+    live_views,
+    plan_views,
+    views,
+)
 
 urlpatterns = [
     path("", views.portal_home, name="portal"),
@@ -10,6 +17,11 @@ urlpatterns = [
     path("approvals/<str:interrupt_id>/", approval_views.approval_page, name="portal-approval"),
     path(
         "approvals/<str:interrupt_id>/live/", live_views.approval_live, name="portal-approval-live"
+    ),
+    path(
+        "approvals/<str:interrupt_id>/claim/",
+        assignment_views.approval_claim,
+        name="portal-approval-claim",
     ),
     path("decide/", link_views.decision_link_confirm, name="portal-decision-confirm"),
     path("decide/<str:token>/", link_views.decision_link_page, name="portal-decision-link"),

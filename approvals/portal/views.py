@@ -67,7 +67,9 @@ def inbox_plans(request):
 def _inbox_context(request) -> dict:
     # Read before the rows: a change in between is then shown, and heard again.
     seen = live.inbox_digest(request.user.pk)
-    context = inbox.inbox_context(user=request.user, sort=request.GET.get("sort"))
+    context = inbox.inbox_context(
+        user=request.user, sort=request.GET.get("sort"), view=request.GET.get("view")
+    )
     return {**context, "seen": seen}
 
 

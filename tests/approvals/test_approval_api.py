@@ -38,6 +38,8 @@ APPROVAL_FIELDS = {
     "approvals_given",
     "policy",
     "escalated_at",
+    # who is on the call (README, "Who is on a call"), added to API.md's representation
+    "assigned_to",
     "interrupt_id",
     "run_id",
     "tool_name",

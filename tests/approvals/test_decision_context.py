@@ -258,7 +258,7 @@ def test_the_inbox_sorts_by_amount_and_its_refreshed_rows_keep_that_order(three_
     rows = sam.get("/portal/inbox/rows/?sort=amount")
 
     assert _rows(page) == [ids["99"], ids["30"], ids["20"]]
-    assert 'hx-get="/portal/inbox/rows/?sort=amount"' in page.content.decode()
+    assert 'hx-get="/portal/inbox/rows/?sort=amount&amp;view=all"' in page.content.decode()
     assert _rows(rows) == [ids["99"], ids["30"], ids["20"]]
     # the heading's count comes with the rows, swapped in out of band
     assert 'id="pending-count" hx-swap-oob="true">(3)<' in rows.content.decode()

@@ -7,13 +7,16 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from agentportal.models import Membership
 from approvals.models import (
     Approval,
     ApprovalStatus,
     ApprovalVote,
+    ApproverGroup,
     DecisionLink,
     Delivery,
     Refund,
@@ -334,3 +337,42 @@ def test_a_link_and_a_colleagues_api_rejection_at_once_decide_once(demo, api):
         assert (approval.status, approval.decided_by_name) == (ApprovalStatus.REJECTED, "sue")
         assert not Refund.objects.exists()
         assert DecisionLink.objects.get(pk=DecisionLink.pk_of(token)).used_at is None
+
+
+@pytest.mark.django_db
+def test_a_call_reassigned_to_a_colleague_stops_the_emailed_links_of_others(demo, api):
+    # given sam's and sue's links, then the call assigned to sue
+    approval = refund_run_waiting().approval
+    sam, sue = links_in_email(approval, "sam"), links_in_email(approval, "sue")
+    response = api("sam").post(
+        f"/api/v1/approvals/{approval.interrupt_id}/assign", {"user": "sue"}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+
+    # when sam follows his link and confirms, then sue confirms hers
+    followed, refused = follow(sam["approve"]), confirm(sam["approve"])
+    done = confirm(sue["approve"])
+
+    # then sam's decided nothing and said why; sue's, whose call it is, approved
+    assert "assigned to sue after this email was sent" in text(followed)
+    assert refused.status_code == 409
+    assert done.status_code == 200
+    approval.refresh_from_db()
+    assert approval.decided_by_name == "sue"
+
+
+@pytest.mark.django_db
+def test_a_call_assigned_to_a_group_of_the_links_person_keeps_the_link(demo):
+    # given sam's link, then the call assigned to a group he is in
+    approval = refund_run_waiting().approval
+    token = links_in_email(approval, "sam")["approve"]
+    group = ApproverGroup.objects.create(merchant=demo, name="Refunds")
+    group.members.add(User.objects.get(username="sam"))
+    Approval.objects.filter(pk=approval.pk).update(assigned_group=group, assigned_at=timezone.now())
+
+    # when
+    done = confirm(token)
+
+    # then
+    assert done.status_code == 200
+    assert Approval.objects.get(pk=approval.pk).decided_by_name == "sam"

@@ -273,3 +273,30 @@ class PolicySerializer(serializers.Serializer):
 
 class PolicyListSerializer(serializers.Serializer):
     results = PolicySerializer(many=True)
+
+
+# --- absences ----------------------------------------------------------------------------------
+
+
+class AbsenceSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    user = serializers.CharField(source="user.username")
+    delegate = serializers.CharField(source="delegate.username")
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+
+
+class AbsenceListSerializer(serializers.Serializer):
+    results = AbsenceSerializer(many=True)
+
+
+class AbsenceRequestSerializer(StrictSerializer):
+    """A supervisor away from the shop from `starts_at` (now unless given) until `ends_at`,
+    which must come after it and after now, `delegate` (another supervisor of the shop)
+    standing in. A person's key sets its person's absence; a service key names `user`."""
+
+    user = StrictCharField(required=False, max_length=150, validators=[NOT_BLANK])
+    delegate = StrictCharField(max_length=150, validators=[NOT_BLANK])
+    starts_at = serializers.DateTimeField(required=False)
+    ends_at = serializers.DateTimeField()

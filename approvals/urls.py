@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals import api, assignment_api
+from approvals import absence_api, api, assignment_api
 
 urlpatterns = [
     path("runs/<uuid:run_id>/resume", api.RunResumeView.as_view(), name="run-resume"),
@@ -16,6 +16,8 @@ urlpatterns = [
         api.ApprovalDecisionView.as_view(),
         name="approval-decision",
     ),
+    path("absences", absence_api.AbsencesView.as_view(), name="absences"),
+    path("absences/<int:absence_id>", absence_api.AbsenceDetailView.as_view(), name="absence"),
     path("policies", api.PoliciesView.as_view(), name="policies"),
     path("policies/<str:tool_name>", api.PolicyDetailView.as_view(), name="policy"),
     path("tickets", api.TicketsView.as_view(), name="tickets"),

@@ -16,6 +16,7 @@ from agentportal.problems import iso_z
 from agentportal.selectors import principal_for_user
 from approvals import locks
 from approvals.models import Approval, ApprovalStatus, ApproverGroup
+from approvals.stand_ins import stand_in_for
 from runs import services as run_services
 from runs.locks import run_lock
 
@@ -78,19 +79,25 @@ def assignee_named(*, merchant, name: str) -> Assignee:
 def approval_assign(
     *, approval: Approval, principal: Principal, assignee: Assignee, claim: bool = False
 ) -> Approval:
-    """Assign a pending call to `assignee` (NOBODY unassigns), or with `claim` take it for
-    the principal, which a colleague's claim or assignment refuses (take it over by assigning
-    it instead). Adds `approval.assigned` to the run's timeline; assigning it to whom it is
-    assigned already changes nothing. Two at once: the second waits for the first's lock and
-    decides on what it wrote."""
+    """Assign a pending call to `assignee` (NOBODY unassigns; a person away from the shop
+    means their stand-in), or with `claim` take it for the principal, which a colleague's
+    claim or assignment refuses (take it over by assigning it instead). Adds
+    `approval.assigned` to the run's timeline; assigning it to whom it is assigned already
+    changes nothing. Two at once: the second waits for the first's lock and decides on what
+    it wrote."""
     if principal.merchant.pk != approval.merchant_id:
         raise errors.NotFound("No such call in this shop.")
     if not (principal.can_supervise or principal.is_service):
         raise errors.NotAllowed("Only supervisors and service keys assign calls.")
     if claim and (principal.user is None or not principal.can_supervise):
         raise errors.NotAllowed("A supervisor claims a call, for themselves.")
+    stands_in = False
     if claim:
         assignee = Assignee(user=principal.user)
+    elif assignee.user is not None:
+        # Someone away from the shop gets nothing meanwhile: their stand-in does.
+        stand_in = stand_in_for(merchant=approval.merchant, user=assignee.user)
+        assignee, stands_in = Assignee(user=stand_in.user), stand_in.delegated
     with transaction.atomic():
         run = run_lock(approval.run_id)
         locked = locks.approval_lock(pk=approval.pk)
@@ -140,6 +147,7 @@ def approval_assign(
                         "to": "group" if assignee.group else "person" if assignee.user else None,
                         "group": assignee.group.name if assignee.group else None,
                         "claimed": claim,
+                        "stands_in": stands_in,
                         "by": principal.public_name,
                     },
                 )

@@ -54,6 +54,8 @@ def _approval_assigned(data: dict, decider: str | None) -> str:
         return "Taken by a supervisor"
     if data.get("to") == "group":
         return f"Assigned to the group {data.get('group')}"
+    if data.get("to") == "person" and data.get("stands_in"):
+        return "Assigned to a supervisor standing in for a colleague who is away"
     if data.get("to") == "person":
         return "Assigned to a supervisor"
     return "Unassigned: back in everyone's inbox"

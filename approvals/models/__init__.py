@@ -35,10 +35,11 @@ from approvals.models.shop import (
     Refund,
     StockLevel,
 )
-from approvals.models.teams import ApproverGroup
+from approvals.models.teams import Absence, ApproverGroup
 
 __all__ = [
     "TICKET_OPEN_STATUSES",
+    "Absence",
     "Approval",
     "ApprovalPolicy",
     "ApprovalPolicyVersion",

@@ -28,3 +28,36 @@ class ApproverGroup(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Absence(models.Model):
+    """A supervisor away from a shop, from `starts_at` until `ends_at`, naming a colleague
+    who takes what would come to them meanwhile: calls assigned to them, and their emails
+    about new and escalated calls (approvals.stand_ins)."""
+
+    merchant = models.ForeignKey(Merchant, on_delete=models.CASCADE, related_name="absences")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="absences"
+    )
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations"
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["merchant", "user", "ends_at"], name="absence_now_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ends_at__gt=models.F("starts_at")),
+                name="absence_ends_after_it_starts",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(delegate=models.F("user")),
+                name="absence_delegate_is_another",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} away {self.starts_at:%Y-%m-%d} to {self.ends_at:%Y-%m-%d}"

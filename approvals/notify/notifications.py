@@ -12,6 +12,7 @@ from agentportal.selectors import supervisor_memberships
 from approvals import customer_words
 from approvals.models import Approval, ApprovalStatus, Decision, DecisionLink, Transport
 from approvals.notify.outbox import delivery_queue
+from approvals.stand_ins import StandIn, stand_ins_for
 
 
 def _call_of(approval: Approval) -> dict:
@@ -154,8 +155,15 @@ def _decision_emails_queue(
     """To each person, an email about a pending call with two links of their own: approve
     the arguments it shows, or reject. Each decides once, as that person, after they confirm
     on the page it opens (a mail scanner following it decides nothing)."""
-    for membership in memberships:
-        user = membership.user
+    # Someone away gets nothing meanwhile: their stand-in does, told why (unless they get
+    # their own anyway).
+    recipients: dict[int, StandIn] = {}
+    people = [membership.user for membership in memberships]
+    for stand_in in stand_ins_for(merchant=approval.merchant, users=people):
+        if not stand_in.delegated or stand_in.user.pk not in recipients:
+            recipients[stand_in.user.pk] = stand_in
+    for stand_in in recipients.values():
+        user = stand_in.user
         if not user.email:
             continue
         links = {
@@ -179,7 +187,7 @@ def _decision_emails_queue(
             subject=subject,
             payload={
                 "body": (
-                    f"{body}\n\n"
+                    f"{stand_in.said()}{body}\n\n"
                     f"{customer_words.decision_named(approval, Decision.APPROVE)}: "
                     f"{links[Decision.APPROVE]}\n"
                     f"Reject: {links[Decision.REJECT]}\n\n"

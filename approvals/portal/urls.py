@@ -1,6 +1,7 @@
 from django.urls import path
 
 from approvals.portal import (
+    absence_views,
     approval_views,
     assignment_views,
     link_views,
@@ -23,6 +24,8 @@ urlpatterns = [
         assignment_views.approval_claim,
         name="portal-approval-claim",
     ),
+    path("away/", absence_views.away_page, name="portal-away"),
+    path("away/<int:absence_id>/end/", absence_views.away_end, name="portal-away-end"),
     path("decide/", link_views.decision_link_confirm, name="portal-decision-confirm"),
     path("decide/<str:token>/", link_views.decision_link_page, name="portal-decision-link"),
     path("tickets/<uuid:ticket_id>/", views.ticket_page, name="portal-ticket"),

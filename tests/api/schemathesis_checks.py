@@ -21,6 +21,10 @@ STATE_DEPENDENT = {
     # a call is assigned to one of its shop's supervisors or approver groups
     "user",
     "group",
+    # an absence names a colleague of the shop, ends after now, and overlaps no other
+    "delegate",
+    "starts_at",
+    "ends_at",
 }
 POLICY_UPDATE = "PUT /api/v1/policies/{tool_name}"
 ASSIGN = "POST /api/v1/approvals/{interrupt_id}/assign"

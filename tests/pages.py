@@ -22,6 +22,12 @@ def page_text(response) -> str:
     return re.sub(r"\s+", " ", response.content.decode())
 
 
+def inbox_rows(page) -> list[str]:
+    """The interrupt ids of the inbox's rows (a response, or its HTML), in their order."""
+    html = page if isinstance(page, str) else page.content.decode()
+    return re.findall(r'data-interrupt="([^"]+)"', html)
+
+
 def page_stream(base: str, who: str | None, path: str) -> http.client.HTTPResponse:
     """Open a page's live stream on the server at `base` as `who` (signed in with a session
     cookie), or as nobody."""

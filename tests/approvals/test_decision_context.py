@@ -14,7 +14,7 @@ from approvals.shop.refund_review import numbers_written, refund_warnings
 from runs import conversations, worker
 from tests.approvals.plan_helpers import command, exchange_run, ticket_of
 from tests.approvals.refund_helpers import refund_run_waiting
-from tests.pages import signed_in
+from tests.pages import inbox_rows, signed_in
 
 
 def _order(total: str, refunded: str = "0.00", number: str = "ORD-1004") -> Order:
@@ -215,10 +215,6 @@ def test_a_call_on_an_order_the_customer_does_not_have_warns(demo):
 # --- the inbox ---------------------------------------------------------------------------------
 
 
-def _rows(page) -> list[str]:
-    return re.findall(r'data-interrupt="([^"]+)"', page.content.decode())
-
-
 @pytest.fixture
 def three_refunds(demo) -> dict[str, Approval]:
     """Refunds of 20.00 (the oldest), 99.00 (the newest) and 30.00, waiting for sam."""
@@ -243,7 +239,7 @@ def test_the_inbox_lists_the_oldest_call_first_and_counts_them(three_refunds):
 
     text = re.sub(r"\s+", " ", page.content.decode())
     ids = {amount: approval.interrupt_id for amount, approval in three_refunds.items()}
-    assert _rows(page) == [ids["20"], ids["30"], ids["99"]]
+    assert inbox_rows(page) == [ids["20"], ids["30"], ids["99"]]
     assert '<span class="count" id="pending-count">(3)</span>' in text
     assert '<td data-label="Amount" class="amount">99.00 EUR</td>' in text
     assert '<td data-label="Order">ORD-2001</td>' in text
@@ -257,9 +253,9 @@ def test_the_inbox_sorts_by_amount_and_its_refreshed_rows_keep_that_order(three_
     page = sam.get("/portal/?sort=amount")
     rows = sam.get("/portal/inbox/rows/?sort=amount")
 
-    assert _rows(page) == [ids["99"], ids["30"], ids["20"]]
+    assert inbox_rows(page) == [ids["99"], ids["30"], ids["20"]]
     assert 'hx-get="/portal/inbox/rows/?sort=amount&amp;view=all"' in page.content.decode()
-    assert _rows(rows) == [ids["99"], ids["30"], ids["20"]]
+    assert inbox_rows(rows) == [ids["99"], ids["30"], ids["20"]]
     # the heading's count comes with the rows, swapped in out of band
     assert 'id="pending-count" hx-swap-oob="true">(3)<' in rows.content.decode()
 
@@ -270,7 +266,7 @@ def test_an_unknown_sort_is_the_default_order(three_refunds):
 
     rows = signed_in("sam").get("/portal/inbox/rows/?sort=nonsense")
 
-    assert _rows(rows) == [ids["20"], ids["30"], ids["99"]]
+    assert inbox_rows(rows) == [ids["20"], ids["30"], ids["99"]]
 
 
 @pytest.mark.django_db

@@ -13,7 +13,7 @@ from approvals.gate import escalation
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Refund
 from runs import worker
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
-from tests.pages import page_text, signed_in
+from tests.pages import inbox_rows, page_text, signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -190,7 +190,7 @@ def test_an_escalated_call_comes_first_in_the_inbox_marked_with_when(demo):
     page = _page(sue, late)
 
     # then it is listed first, marked escalated with the time, and the page says when
-    assert re.findall(r'data-interrupt="([^"]+)"', inbox) == [late.interrupt_id, older.interrupt_id]
+    assert inbox_rows(inbox) == [late.interrupt_id, older.interrupt_id]
     at = late.escalated_at.astimezone(UTC)
     assert '<span class="badge escalated">Escalated at <time datetime="' in _row(inbox, late)
     assert f"{at:%H:%M} UTC</time></span>" in _row(inbox, late)

@@ -9,11 +9,7 @@ from django.contrib.auth.models import User
 from approvals.models import Approval, ApproverGroup
 from runs.models import RunEvent
 from tests.approvals.refund_helpers import refund_run_waiting
-from tests.pages import page_text, signed_in
-
-
-def rows(page) -> list[str]:
-    return re.findall(r'data-interrupt="([^"]+)"', page.content.decode())
+from tests.pages import inbox_rows, page_text, signed_in
 
 
 @pytest.fixture
@@ -41,12 +37,12 @@ def test_each_view_lists_its_calls_and_the_tabs_count_them(three_calls):
     ids = {name: call.interrupt_id for name, call in three_calls.items()}
 
     # then
-    assert sorted(rows(sam.get("/portal/"))) == sorted(ids.values())
-    assert rows(sam.get("/portal/?view=mine")) == [ids["sam"]]
-    assert rows(sam.get("/portal/?view=groups")) == []
-    assert rows(sue.get("/portal/?view=groups")) == [ids["finance"]]
-    assert rows(sue.get("/portal/?view=unassigned")) == [ids["nobody"]]
-    assert rows(sue.get("/portal/inbox/rows/?view=groups")) == [ids["finance"]]
+    assert sorted(inbox_rows(sam.get("/portal/"))) == sorted(ids.values())
+    assert inbox_rows(sam.get("/portal/?view=mine")) == [ids["sam"]]
+    assert inbox_rows(sam.get("/portal/?view=groups")) == []
+    assert inbox_rows(sue.get("/portal/?view=groups")) == [ids["finance"]]
+    assert inbox_rows(sue.get("/portal/?view=unassigned")) == [ids["nobody"]]
+    assert inbox_rows(sue.get("/portal/inbox/rows/?view=groups")) == [ids["finance"]]
     tabs = page_text(sue.get("/portal/?view=groups"))
     assert "All (3)" in tabs and "Assigned to me (0)" in tabs
     assert "My groups (1)" in tabs and "Unassigned (1)" in tabs
@@ -83,7 +79,7 @@ def test_im_on_it_claims_the_call_and_returns_to_the_same_view(three_calls):
     assert pressed.redirect_chain[-1][0] == "/portal/?view=unassigned&sort=age"
     assert "You are on it" in page_text(pressed)
     assert Approval.objects.get(pk=call.pk).assigned_user.username == "sue"
-    assert rows(pressed) == []
+    assert inbox_rows(pressed) == []
     assert RunEvent.objects.filter(run=call.run, type="approval.assigned").count() == 1
 
 

@@ -1,6 +1,5 @@
 """The inbox lists the calls at risk of expiring first, the soonest first, and says so."""
 
-import re
 from datetime import timedelta
 
 import pytest
@@ -8,7 +7,7 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from tests.approvals.refund_helpers import refund_run_waiting
-from tests.pages import page_text, signed_in
+from tests.pages import inbox_rows, page_text, signed_in
 
 
 @pytest.fixture
@@ -36,8 +35,7 @@ def test_calls_about_to_expire_come_first_in_either_order(older_and_at_risk, sor
     page = signed_in("sam").get(f"/portal/?sort={sort}")
 
     # then the two at risk lead, the soonest first, each saying when it expires
-    rows = re.findall(r'data-interrupt="([^"]+)"', page.content.decode())
-    assert rows == [soonest.interrupt_id, later.interrupt_id, oldest.interrupt_id]
+    assert inbox_rows(page) == [soonest.interrupt_id, later.interrupt_id, oldest.interrupt_id]
     text = page_text(page)
     assert text.count('class="badge at-risk"') == 2
     assert "Expires in 4 minutes" in text

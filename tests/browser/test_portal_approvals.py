@@ -197,7 +197,11 @@ def test_the_email_link_opens_the_call_and_reads_as_words(demo, signed_in, live_
     approval = refund_run_waiting().approval
     outbox.deliveries_deliver_due()
     (email,) = [email for email in mail.outbox if email.to == ["sam@example.com"]]
-    links = [line for line in email.body.splitlines() if line.startswith("http")]
+    links = [
+        line.removeprefix("The call in the portal: ")
+        for line in email.body.splitlines()
+        if line.startswith("The call in the portal: ")
+    ]
 
     # when sam follows the link from his mail client
     sam = signed_in("sam")

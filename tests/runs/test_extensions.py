@@ -109,10 +109,13 @@ def test_every_type_a_pending_field_may_have_is_rendered():
 
 
 def test_the_runtime_knows_neither_the_after_sales_domain_nor_the_extension():
-    # The gate's own words too (escalations, votes); "approval" stays, as the run's status
-    # WAITING_APPROVAL and the manifest's approval_ttl_seconds are the runtime's (DESIGN, API).
+    # The gate's own words too (escalations, votes, approval policies, four eyes, approver
+    # groups, absences); "approval" and "policy" alone stay, as the run's status
+    # WAITING_APPROVAL, the manifest's approval_ttl_seconds, a tool's policy and the error
+    # code APPROVER_REVOKED are the runtime's (DESIGN, API).
     domain_words = re.compile(
-        r"ticket|refund|exchange|ORD-|after.sales|proposal|sku|signoff|sign-off|escalat|vote",
+        r"ticket|refund|exchange|ORD-|after.sales|proposal|sku|signoff|sign-off|escalat|vote"
+        r"|approval.polic|approver.group|four.eyes|absence",
         re.IGNORECASE,
     )
     found = [

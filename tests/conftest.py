@@ -21,6 +21,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from agentportal.models import Merchant
+from approvals.bench.measure import free_port
 from approvals.models import Approval
 from runs.models import RunStatus
 from tests import factories
@@ -178,12 +179,6 @@ def cluster(transactional_db):
     yield start
     for c in started:
         c.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -24,13 +24,14 @@ import json
 import multiprocessing
 import operator
 import re
-import statistics
 import time
 import uuid
 from typing import Annotated, Any, TypedDict
 
 import psycopg
 from psycopg.rows import dict_row
+
+from approvals.bench.measure import percentiles
 
 ORDER_ID = re.compile(r"\bORD-\d+\b")
 QUESTION = "What is the status of order {order}?"
@@ -296,18 +297,13 @@ def measure(options: dict) -> dict:
         "runs": len(done),
         "processes": processes,
         "runs_per_s": round(len(done) / max(done), 1),
-        "queued_to_done_ms": _percentiles([seconds * 1000 for seconds in done]),
+        "queued_to_done_ms": percentiles([seconds * 1000 for seconds in done]),
         "durability": options["durability"],
     }
     if options["base_url"]:
         result["in_flight"] = options["in_flight"]
-        result["first_delta_ms"] = _percentiles(first) if first else None
+        result["first_delta_ms"] = percentiles(first) if first else None
     return result
-
-
-def _percentiles(values: list[float]) -> dict[str, float]:
-    cuts = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
-    return {"p50": round(cuts[49], 1), "p95": round(cuts[94], 1)}
 
 
 def main(argv: list[str] | None = None) -> None:

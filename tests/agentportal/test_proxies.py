@@ -17,8 +17,9 @@ from django.contrib.auth.models import User
 from django.test import RequestFactory
 
 from agentportal.proxies import client_address
+from approvals.bench.measure import free_port
 from tests import http as portal_http
-from tests.conftest import ROOT, database_url, free_port, wait_for
+from tests.conftest import ROOT, database_url, wait_for
 from tests.product import manage
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")

@@ -9,9 +9,10 @@ import urllib.request
 
 import pytest
 
+from approvals.bench.measure import free_port
 from runs.models import AgentRun, RunStatus
 from tests import factories
-from tests.conftest import ROOT, database_url, free_port, wait_for
+from tests.conftest import ROOT, database_url, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 

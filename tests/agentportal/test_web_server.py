@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
+from approvals.bench.measure import free_port
 from tests import factories, http
-from tests.conftest import ROOT, database_url, free_port, wait_for
+from tests.conftest import ROOT, database_url, wait_for
 
 STATUS = "What is the status of order ORD-1001?"
 

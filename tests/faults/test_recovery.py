@@ -25,8 +25,9 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from approvals.bench.measure import free_port
 from tests import http
-from tests.conftest import ROOT, free_port, wait_for
+from tests.conftest import ROOT, wait_for
 
 PG_BINARIES = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
 

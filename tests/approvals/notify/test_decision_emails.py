@@ -9,11 +9,11 @@ import pytest
 from aiosmtpd.controller import Controller
 from django.test import Client
 
+from approvals.bench.measure import free_port
 from approvals.models import ApprovalStatus, Refund
 from approvals.notify import outbox
 from runs import worker
 from tests.approvals.refund_helpers import refund_run_waiting
-from tests.conftest import free_port
 
 
 class Inbox:

@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from approvals.models import Approval
 from runs import worker
 from tests import factories
+from tests.pages import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +17,7 @@ def _script_src(response) -> str:
     return next(part for part in policy.split(";") if part.strip().startswith("script-src"))
 
 
-def test_the_decision_and_chat_pages_forbid_inline_scripts_and_caching(demo, client):
+def test_the_decision_and_chat_pages_forbid_inline_scripts_and_caching(demo):
     alice = User.objects.get(username="alice")
     run = factories.run_queue(
         customer=alice, merchant=demo, message="I want a refund for ORD-1003 amount 20"
@@ -24,10 +25,10 @@ def test_the_decision_and_chat_pages_forbid_inline_scripts_and_caching(demo, cli
     worker.tick()
     approval = Approval.objects.get(run=run)
 
-    client.force_login(User.objects.get(username="sam"))
+    client = signed_in("sam")
     decision = client.get(f"/portal/approvals/{approval.interrupt_id}/")
     inbox = client.get("/portal/")
-    client.force_login(alice)
+    client = signed_in(alice)
     chat = client.get("/portal/chat/")
 
     for page in (decision, inbox, chat):

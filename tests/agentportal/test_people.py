@@ -6,13 +6,14 @@ from django.contrib.auth.models import User
 from approvals.models import Approval
 from runs import worker
 from tests import factories
+from tests.pages import signed_in
 
 pytestmark = pytest.mark.django_db
 
 
-def test_a_supervisor_cannot_change_her_password_to_1(demo, client):
+def test_a_supervisor_cannot_change_her_password_to_1(demo):
     # given sam signed in, changing his password on the admin's page
-    client.force_login(User.objects.get(username="sam"))
+    client = signed_in("sam")
 
     # when he picks "1"
     response = client.post(

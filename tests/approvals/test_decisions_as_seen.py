@@ -5,12 +5,12 @@ eyes are two people, and amounts are plain decimals stored to the cent."""
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import User
 
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Refund, args_digest
 from runs import worker
 from runs.models import AgentRun, RunStatus
 from tests.approvals.policy_helpers import approval_of, big_order, policy_set, refund_run
+from tests.pages import signed_in
 from tests.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -79,9 +79,9 @@ def test_a_revision_over_the_four_eyes_threshold_waits_for_a_second_person(small
     assert {vote.user.username for vote in approval.current_votes} == {"sam", "sue"}
 
 
-def test_a_revision_to_3000_through_the_page_waits_for_a_second_person(small_refund, client):
+def test_a_revision_to_3000_through_the_page_waits_for_a_second_person(small_refund):
     _run, approval = small_refund
-    client.force_login(User.objects.get(username="sam"))
+    client = signed_in("sam")
     page = f"/portal/approvals/{approval.interrupt_id}/"
 
     # when sam types 3000 in the amount and approves his revision

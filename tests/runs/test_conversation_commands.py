@@ -4,10 +4,10 @@ command keeps: CLOSED is final, and starting a queued message respects the open-
 import uuid
 
 import pytest
-from django.contrib.auth.models import User
 
 from runs import services, worker
 from runs.models import AgentRun, Conversation, ConversationStatus, RunStatus
+from tests.pages import signed_in
 from tests.problems import assert_problem
 from tests.runs.conversation_helpers import STATUS, conversation_open, message_statuses, say
 
@@ -128,9 +128,9 @@ def test_release_waits_for_an_open_run_slot_before_starting_a_held_message(demo,
     assert message_statuses(conversation) == ["STARTED"]
 
 
-def test_reset_and_switch_work_from_the_chat_page(demo, client, alice):
+def test_reset_and_switch_work_from_the_chat_page(demo, alice):
     # given alice signed in to the chat, with a second conversation of hers
-    client.force_login(User.objects.get(username="alice"))
+    client = signed_in("alice")
     client.post("/portal/chat/", {"text": STATUS})
     first = Conversation.objects.get(customer__username="alice")
     other = conversation_open(alice)

@@ -12,6 +12,7 @@ from runs import services, worker
 from runs.models import ACTIVE_STATUSES, AgentRun, ErrorCode, RunStatus
 from tests import factories
 from tests.approvals.refund_helpers import approved_refund_with_a_broken_snapshot
+from tests.pages import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -66,9 +67,9 @@ def test_a_parked_run_nobody_repairs_fails_with_internal_error(demo, parked):
     assert (parked.status, parked.error_code) == (RunStatus.FAILED, ErrorCode.INTERNAL_ERROR)
 
 
-def test_an_operator_fails_a_parked_run_from_the_admin(demo, parked, client):
+def test_an_operator_fails_a_parked_run_from_the_admin(demo, parked):
     # given the operator (a superuser) in the admin
-    client.force_login(User.objects.get(username="admin"))
+    client = signed_in("admin")
 
     # when they fail it
     client.post(

@@ -101,6 +101,26 @@ class AssignRequestSerializer(StrictSerializer):
         return data
 
 
+class ApproverGroupSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    members = serializers.SerializerMethodField()
+
+    def get_members(self, group) -> list[str]:
+        return sorted(member.get_username() for member in group.members.all())
+
+
+class ApproverGroupListSerializer(serializers.Serializer):
+    results = ApproverGroupSerializer(many=True)
+
+
+class ApproverGroupRequestSerializer(StrictSerializer):
+    """The group's members, all of them: supervisors of the shop, by username."""
+
+    members = serializers.ListField(
+        child=StrictCharField(max_length=150, validators=[NOT_BLANK]), max_length=100
+    )
+
+
 class ApprovalSerializer(serializers.ModelSerializer):
     run_id = serializers.UUIDField()
     approvals_given = ApprovalGivenSerializer(source="current_votes", many=True)
@@ -141,7 +161,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(AssignmentSerializer(allow_null=True))
     def get_assigned_to(self, approval: Approval) -> dict | None:
-        if not approval.assigned_at:
+        if not approval.is_assigned:
             return None
         return AssignmentSerializer(
             {

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from approvals import absence_api, api, assignment_api
 
@@ -17,6 +17,13 @@ urlpatterns = [
         name="approval-decision",
     ),
     path("absences", absence_api.AbsencesView.as_view(), name="absences"),
+    path("groups", assignment_api.ApproverGroupsView.as_view(), name="groups"),
+    # A group's name, as its column holds it: 1 to 64 characters, no slash.
+    re_path(
+        r"^groups/(?P<name>[^/]{1,64})$",
+        assignment_api.ApproverGroupDetailView.as_view(),
+        name="group",
+    ),
     path("absences/<int:absence_id>", absence_api.AbsenceDetailView.as_view(), name="absence"),
     path("policies", api.PoliciesView.as_view(), name="policies"),
     path("policies/<str:tool_name>", api.PolicyDetailView.as_view(), name="policy"),

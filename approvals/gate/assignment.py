@@ -18,7 +18,7 @@ from approvals import locks
 from approvals.models import Approval, ApprovalStatus, ApproverGroup
 from approvals.stand_ins import stand_in_for
 from runs import services as run_services
-from runs.locks import run_lock
+from runs.locks import merchant_lock, run_lock
 
 
 @dataclass(frozen=True)
@@ -171,3 +171,26 @@ def _refuse_unless_pending(approval: Approval) -> None:
             decided_at=iso_z(approval.decided_at),
             decision=approval.decision or None,
         )
+
+
+def approver_group_set(*, merchant, name: str, usernames: list[str]) -> ApproverGroup:
+    """The shop's group `name` with exactly these members (made if new), each a supervisor
+    of the shop now. Holding the shop's lock, so two at once write one group in turn."""
+    users = {user.username: user for user in User.objects.filter(username__in=usernames)}
+    strangers = []
+    for username in dict.fromkeys(usernames):
+        user = users.get(username)
+        principal = principal_for_user(user=user, merchant=merchant) if user else None
+        if principal is None or not principal.can_supervise:
+            strangers.append(username)
+    if strangers:
+        raise errors.InvalidInput(
+            f"Only supervisors of {merchant.name} are members of its groups: "
+            f"{', '.join(strangers)} {'is' if len(strangers) == 1 else 'are'} not.",
+            errors=[{"field": "members", "message": "Not a supervisor of this shop."}],
+        )
+    with transaction.atomic():
+        merchant_lock(merchant.pk)
+        group, _ = ApproverGroup.objects.get_or_create(merchant=merchant, name=name)
+        group.members.set(users.values())
+    return group

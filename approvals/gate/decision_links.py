@@ -77,7 +77,7 @@ def _reassigned_away(link: DecisionLink, approval: Approval) -> bool:
     """Whether the call went to someone else (not the link's person, nor a group of theirs)
     after the link was sent: the email's routing no longer holds."""
     return (
-        approval.assigned_at is not None
+        approval.is_assigned
         and approval.assigned_at > link.created_at
         and not approval.assigned_to(link.user)
     )

@@ -189,6 +189,12 @@ class Approval(models.Model):
         return None
 
     @property
+    def is_assigned(self) -> bool:
+        """Someone is on the call (its person or group may since have been deleted, which
+        leaves `assigned_at` behind)."""
+        return bool(self.assigned_user_id or self.assigned_group_id)
+
+    @property
     def assigned_name(self) -> str:
         """Who is on the call: a supervisor's username, a group's name, or ""."""
         if self.assigned_group_id:

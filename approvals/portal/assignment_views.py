@@ -28,7 +28,7 @@ def approval_claim(request, interrupt_id: str):
     if principal is None:
         raise Http404("No such call in your shops.")
     try:
-        if approval.assigned_at:
+        if approval.is_assigned:
             # Its page says who has it; the button there says "Take it over".
             assignment.approval_assign(
                 approval=approval,

@@ -21,6 +21,8 @@ STATE_DEPENDENT = {
     # a call is assigned to one of its shop's supervisors or approver groups
     "user",
     "group",
+    # an approver group's members are supervisors of its shop
+    "members",
     # an absence names a colleague of the shop, ends after now, and overlaps no other
     "delegate",
     "starts_at",

@@ -268,3 +268,69 @@ def test_a_claim_of_a_groups_call_names_the_group_and_another_shop_finds_nothing
     assert claimed.status_code == 409
     assert claimed.json()["detail"].startswith("The group Finance took this call")
     assert Approval.objects.get(pk=approval.pk).assigned_name == "Finance"
+
+
+@pytest.mark.django_db
+def test_operators_set_a_groups_members_and_supervisors_list_them(demo, api):
+    # given an operator of the shop
+    factories.user_create("olivia", merchant=demo, role=Role.OPERATOR)
+
+    # when she makes Finance of sam and sue, then of sue alone
+    made = api("olivia").put("/api/v1/groups/Finance", {"members": ["sam", "sue"]}, format="json")
+    changed = api("olivia").put("/api/v1/groups/Finance", {"members": ["sue"]}, format="json")
+    listed = api("sam").get("/api/v1/groups")
+
+    # then
+    assert made.status_code == 200, made.json()
+    assert made.json() == {"name": "Finance", "members": ["sam", "sue"]}
+    assert changed.json() == {"name": "Finance", "members": ["sue"]}
+    assert listed.json() == {"results": [{"name": "Finance", "members": ["sue"]}]}
+    assert ApproverGroup.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_only_the_shops_supervisors_are_members_and_only_operators_set_them(demo, api):
+    factories.user_create("olivia", merchant=demo, role=Role.OPERATOR)
+
+    strangers = api("olivia").put(
+        "/api/v1/groups/Finance", {"members": ["sam", "alice", "oscar"]}, format="json"
+    )
+    by_supervisor = api("sam").put("/api/v1/groups/Finance", {"members": ["sam"]}, format="json")
+    by_service = api(None).put("/api/v1/groups/Finance", {"members": ["sam"]}, format="json")
+    too_long = api(None).put(f"/api/v1/groups/{'x' * 65}", {"members": []}, format="json")
+
+    assert (strangers.status_code, strangers.json()["code"]) == (400, "validation_error")
+    assert "alice, oscar are not" in strangers.json()["detail"]
+    assert by_supervisor.status_code == 403
+    assert by_service.status_code == 200
+    assert too_long.status_code == 404
+    assert list(ApproverGroup.objects.values_list("name", flat=True)) == ["Finance"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_of_one_new_group_write_it_once(demo):
+    names = [["sam"], ["sue"], ["sam", "sue"], []] * 2
+
+    in_threads(
+        [
+            lambda members=members: assignment.approver_group_set(
+                merchant=demo, name="Finance", usernames=members
+            )
+            for members in names
+        ]
+    )
+
+    assert ApproverGroup.objects.filter(name="Finance").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_deleted_group_leaves_its_calls_unassigned(demo, api):
+    approval = refund_run_waiting().approval
+    group = finance(demo, "sam")
+    assign(api("sue"), approval, group="Finance")
+
+    group.delete()
+
+    shown = api("sue").get(f"/api/v1/approvals/{approval.interrupt_id}").json()
+    assert shown["assigned_to"] is None
+    assert Approval.objects.get(pk=approval.pk).is_assigned is False

@@ -85,6 +85,7 @@ class AbsencesView(APIView):
 class AbsenceDetailView(APIView):
     @extend_schema(operation_id="absences_end", responses={204: None})
     def delete(self, request, absence_id: int):
+        # Who may first, then which: a customer's answer says nothing of which absences exist.
         principal = supervisor_or_403(request)
         absence = _absences_of(principal).filter(pk=absence_id).first()
         if absence is None:

@@ -6,15 +6,19 @@ resources and never see one of the owner's ids in a list. The operations come fr
 so a new endpoint is covered without editing this test."""
 
 import json
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from agentportal.models import ApiKey, Merchant
 from agentportal.services import api_key_revoke
+from approvals.gate.assignment import approver_group_set
+from approvals.gate.delegation import absence_set
 from approvals.models import Approval
 from runs import worker
 from runs.models import Conversation, RunInput
@@ -29,8 +33,10 @@ METHODS = ("get", "post", "put", "patch", "delete")
 OUTSIDERS = ("another customer", "another shop's customer")
 WITHOUT_STANDING = ("revoked key", "no key")
 INSIDERS = ("owner", "supervisor", "service key")
-# Path parameters that name a shop's resource by a name each shop has its own of.
-NAMED_PER_SHOP = {"tool_name"}
+# Path parameters whose operations answer outsiders by their role before looking the resource
+# up (a shop's policy or group by a name each shop has its own of, a supervisor's absence): an
+# outsider gets the same answer as for one that does not exist, which these name.
+ANSWERED_BY_ROLE = {"tool_name": "no-such-name", "name": "no-such-name", "absence_id": "999999"}
 
 
 def _operations() -> list[tuple[str, str, dict]]:
@@ -60,6 +66,16 @@ def world(demo):
     receipt = RunInput.objects.create(
         run=run, interrupt_id="answered-before", idempotency_key="receipt-1", kind="answer"
     )
+    # A supervisor's absence and an approver group of the shop, which its staff see.
+    sam, sue = User.objects.get(username="sam"), User.objects.get(username="sue")
+    absence = absence_set(
+        merchant=demo,
+        user=sam,
+        delegate=sue,
+        starts_at=timezone.now(),
+        ends_at=timezone.now() + timedelta(days=1),
+    )
+    group = approver_group_set(merchant=demo, name="Finance", usernames=["sam"])
     path_values = {
         "run_id": str(run.pk),
         "interrupt_id": Approval.objects.get(run=run).interrupt_id,
@@ -67,6 +83,8 @@ def world(demo):
         "ticket_id": str(ticket.pk),
         "idempotency_key": receipt.idempotency_key,
         "tool_name": policy.tool_name,
+        "absence_id": str(absence.pk),
+        "name": group.name,
     }
     other_shop = Merchant.objects.get(slug="other-shop")
     keys = {
@@ -84,7 +102,12 @@ def world(demo):
     for caller, key in keys.items():
         clients[caller] = APIClient()
         clients[caller].credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    owned_ids = [*path_values.values(), str(run.pk), str(ticket.run_id)]
+    # (The absence's number and the group's name are too short to look for in a body.)
+    owned_ids = [
+        *(value for key, value in path_values.items() if key not in ("absence_id", "name")),
+        str(run.pk),
+        str(ticket.run_id),
+    ]
     return SimpleNamespace(path_values=path_values, clients=clients, owned_ids=owned_ids)
 
 
@@ -122,8 +145,8 @@ def test_every_caller_gets_only_what_the_schema_and_the_tenancy_allow(
         assert answer.status_code in declared, f"undeclared status, {seen}"
         if caller in WITHOUT_STANDING:
             assert answer.status_code == 401, seen
-        elif caller in OUTSIDERS and names and set(names) <= NAMED_PER_SHOP:
-            unused = template.format(**{name: "no-such-name" for name in names})
+        elif caller in OUTSIDERS and names and set(names) <= set(ANSWERED_BY_ROLE):
+            unused = template.format(**{name: ANSWERED_BY_ROLE[name] for name in names})
             assert _call(world.clients[caller], method, unused).status_code == (
                 answer.status_code
             ), seen

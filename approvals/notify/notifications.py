@@ -162,21 +162,26 @@ def _decision_emails_queue(
     for stand_in in stand_ins_for(merchant=approval.merchant, users=people):
         if not stand_in.delegated or stand_in.user.pk not in recipients:
             recipients[stand_in.user.pk] = stand_in
+    recipients = {pk: stand_in for pk, stand_in in recipients.items() if stand_in.user.email}
+    # Every link of the email in one statement: this runs in the transaction that pauses the
+    # call, which on SQLite holds the database's one write lock.
+    made = DecisionLink.objects.bulk_create(
+        DecisionLink(
+            approval=approval,
+            user=stand_in.user,
+            decision=decision,
+            args_digest=approval.digest_on_the_table,
+            expires_at=approval.expires_at,
+        )
+        for stand_in in recipients.values()
+        for decision in (Decision.APPROVE, Decision.REJECT)
+    )
+    tokens = {(link.user_id, link.decision): link.token for link in made}
+    approve = customer_words.decision_named(approval, Decision.APPROVE)
     for stand_in in recipients.values():
         user = stand_in.user
-        if not user.email:
-            continue
         links = {
-            decision: _portal_link(
-                "portal-decision-link",
-                token=DecisionLink.objects.create(
-                    approval=approval,
-                    user=user,
-                    decision=decision,
-                    args_digest=approval.digest_on_the_table,
-                    expires_at=approval.expires_at,
-                ).token,
-            )
+            decision: _portal_link("portal-decision-link", token=tokens[user.pk, decision])
             for decision in (Decision.APPROVE, Decision.REJECT)
         }
         delivery_queue(
@@ -188,8 +193,7 @@ def _decision_emails_queue(
             payload={
                 "body": (
                     f"{stand_in.said()}{body}\n\n"
-                    f"{customer_words.decision_named(approval, Decision.APPROVE)}: "
-                    f"{links[Decision.APPROVE]}\n"
+                    f"{approve}: {links[Decision.APPROVE]}\n"
                     f"Reject: {links[Decision.REJECT]}\n\n"
                     "These links are yours: each asks you to confirm, then decides as you, once. "
                     "They stop working when the call is decided, changed or expires.\n"

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals.gate import escalation, services
-from approvals.models import Approval, Ticket
+from approvals.models import Approval, DecisionLink, Ticket
 from runs import worker
 from tests import factories
 from tests.approvals.plan_helpers import exchange_run
@@ -17,6 +17,13 @@ from tests.approvals.policy_helpers import approval_of, big_order, policy_set, r
 from tests.browser.accessibility import serious_violations
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _link(approval, username: str, decision: str) -> str:
+    """The token of the link `username`'s email carries to decide the call so."""
+    return DecisionLink.objects.get(
+        approval=approval, user__username=username, decision=decision
+    ).token
 
 
 def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signed_in, live_server):
@@ -41,6 +48,8 @@ def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signe
         "plan (supervisor)": (sam, f"/portal/tickets/{ticket.pk}/"),
         "plan revision": (sam, f"/portal/tickets/{ticket.pk}/revise/"),
         "earlier requests": (alice, "/portal/requests/"),
+        "away": (sam, "/portal/away/"),
+        "decision link": (visitor, f"/portal/decide/{_link(approval, 'sue', 'reject')}/"),
     }
 
     # when axe audits each of them
@@ -62,6 +71,8 @@ def test_the_pages_have_no_serious_accessibility_violations(demo, browser, signe
         "plan (supervisor)": "Exchange plan for ORD-1002 · Agent Portal",
         "plan revision": "Revise the plan for ORD-1002 · Agent Portal",
         "earlier requests": "Your requests · Agent Portal",
+        "away": "Away · Agent Portal",
+        "decision link": "Reject 20.00 EUR? · Agent Portal",
     }
 
 

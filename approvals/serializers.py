@@ -272,6 +272,32 @@ class PolicyRulesSerializer(StrictSerializer):
     escalate_to_email = StrictEmailField(allow_blank=True, max_length=254, default="")
 
 
+class PolicySimulateSerializer(PolicyRulesSerializer):
+    """Rules to try on the shop's past calls, over [`since`, `until`): the last 30 days unless
+    given; `until` comes after `since`."""
+
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+
+
+class PolicyBacktestSerializer(serializers.Serializer):
+    """What the rules would have done to the period's calls (of at most 50,000, the newest:
+    `truncated` says so)."""
+
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    calls = serializers.IntegerField()
+    auto_approved = serializers.IntegerField()
+    auto_approved_money = serializers.DecimalField(max_digits=14, decimal_places=2)
+    auto_approved_people_rejected = serializers.IntegerField()
+    auto_approved_people_revised = serializers.IntegerField()
+    money_against_people = serializers.DecimalField(max_digits=14, decimal_places=2)
+    two_approvers = serializers.IntegerField()
+    waiting_for_people = serializers.IntegerField()
+    inbox_per_day = serializers.FloatField()
+    truncated = serializers.BooleanField()
+
+
 class PolicySerializer(serializers.Serializer):
     """A shop's policy of one tool, as its current version says. `id` and `version` are what
     an approval it decided names: `policy:<id>@<version>`."""

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from approvals import absence_api, api, assignment_api
+from approvals import absence_api, api, assignment_api, backtest_api
 
 urlpatterns = [
     path("runs/<uuid:run_id>/resume", api.RunResumeView.as_view(), name="run-resume"),
@@ -27,6 +27,11 @@ urlpatterns = [
     path("absences/<int:absence_id>", absence_api.AbsenceDetailView.as_view(), name="absence"),
     path("policies", api.PoliciesView.as_view(), name="policies"),
     path("policies/<str:tool_name>", api.PolicyDetailView.as_view(), name="policy"),
+    path(
+        "policies/<str:tool_name>/simulate",
+        backtest_api.PolicySimulateView.as_view(),
+        name="policy-simulate",
+    ),
     path("tickets", api.TicketsView.as_view(), name="tickets"),
     path("tickets/<uuid:ticket_id>", api.TicketDetailView.as_view(), name="ticket"),
     path(

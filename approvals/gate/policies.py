@@ -186,7 +186,7 @@ def call_requirement(
     auto-approved and needs two people where the policy has a four-eyes threshold."""
     if version is None:
         return CallRequirement(auto_approve=False, required_approvals=1, escalate_at=None)
-    amount = _amount(arguments.get(version.amount_field))
+    amount = amount_read(arguments.get(version.amount_field))
     escalate_at = (
         now + timedelta(seconds=version.escalate_after_seconds)
         if version.escalate_after_seconds
@@ -205,7 +205,8 @@ def call_requirement(
     )
 
 
-def _amount(value: Any) -> Decimal | None:
+def amount_read(value: Any) -> Decimal | None:
+    """An argument's value as an amount; None when it is not a finite number."""
     try:
         amount = Decimal(str(value))
     except (InvalidOperation, ValueError):

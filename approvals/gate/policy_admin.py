@@ -2,15 +2,21 @@
 fields; each save that changes one writes a new version through `policy_update`, and the
 versions before it are listed, never edited."""
 
-from datetime import UTC
+from datetime import UTC, timedelta
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from agentportal.admin import OperatorScopedAdmin
 from agentportal.errors import InvalidInput
 from approvals import selectors
+from approvals.gate.backtest import policy_backtest
 from approvals.gate.policies import (
     MAX_SECONDS,
     RULE_FIELDS,
@@ -130,10 +136,10 @@ class ApprovalPolicyAdmin(OperatorScopedAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ["merchant", "tool_name", *RULE_FIELDS]
-        return ["merchant", "tool_name", "version", *RULE_FIELDS, "versions"]
+        return ["merchant", "tool_name", "version", *RULE_FIELDS, "try_link", "versions"]
 
     def get_readonly_fields(self, request, obj=None):
-        return [] if obj is None else ["merchant", "tool_name", "version", "versions"]
+        return [] if obj is None else ["merchant", "tool_name", "version", "try_link", "versions"]
 
     def has_delete_permission(self, request, obj=None):
         # Calls keep the version they were created under; a policy is turned off by blanking
@@ -222,3 +228,45 @@ class ApprovalPolicyAdmin(OperatorScopedAdmin):
         else:
             self.message_user(request, f"Version {obj.current.version} written.")
         return super().response_change(request, obj)
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:policy_id>/try/",
+                self.admin_site.admin_view(self.try_view),
+                name="approvals_approvalpolicy_try",
+            ),
+            *super().get_urls(),
+        ]
+
+    @admin.display(description="Before saving")
+    def try_link(self, policy: ApprovalPolicy):
+        url = reverse("admin:approvals_approvalpolicy_try", args=[policy.pk])
+        return format_html('<a href="{}">Try other rules on the last 30 days\' calls</a>', url)
+
+    def try_view(self, request, policy_id):
+        """Rules tried on the shop's calls of the last 30 days, written nowhere."""
+        policy = get_object_or_404(self.get_queryset(request), pk=policy_id)
+        if not self._operates(request, policy):
+            raise PermissionDenied
+        # The change page's form: the shop and the tool are the policy's, not fields.
+        form = self.get_form(request, policy, change=True)(request.POST or None, instance=policy)
+        result = None
+        if request.method == "POST" and form.is_valid():
+            now = timezone.now()
+            result = policy_backtest(
+                merchant=policy.merchant,
+                tool_name=policy.tool_name,
+                rules=form.rules,
+                since=now - timedelta(days=30),
+                until=now,
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Try rules for {policy.tool_name} in {policy.merchant}",
+            "opts": self.model._meta,
+            "policy": policy,
+            "form": form,
+            "result": result,
+        }
+        return TemplateResponse(request, "admin/approvals/approvalpolicy/try.html", context)

@@ -3,6 +3,7 @@ accepts is never refused as malformed. Refusals that depend on state (an unknown
 has ended, a role) and other stated problems (`unknown_command`) are answers, not
 disagreements."""
 
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
 import schemathesis
@@ -28,7 +29,7 @@ STATE_DEPENDENT = {
     "starts_at",
     "ends_at",
 }
-POLICY_UPDATE = "PUT /api/v1/policies/{tool_name}"
+POLICY_RULES = {"PUT /api/v1/policies/{tool_name}", "POST /api/v1/policies/{tool_name}/simulate"}
 ASSIGN = "POST /api/v1/approvals/{interrupt_id}/assign"
 
 
@@ -44,7 +45,9 @@ def schema_valid_request_refused(ctx, response, case):
     fields = {_top(error.get("field", "")) for error in problem.get("errors", [])}
     if fields and fields <= STATE_DEPENDENT:
         return None
-    if case.operation.label == POLICY_UPDATE and _thresholds_out_of_order(case.body):
+    if case.operation.label in POLICY_RULES and _thresholds_out_of_order(case.body):
+        return None
+    if case.operation.label in POLICY_RULES and _period_backwards(case.body):
         return None
     if case.operation.label == ASSIGN and _names_more_than_one(case.body):
         return None
@@ -69,6 +72,24 @@ def _thresholds_out_of_order(body) -> bool:
     except (KeyError, TypeError, InvalidOperation):
         return False
     return auto >= four_eyes
+
+
+def _period_backwards(body) -> bool:
+    """A tried period ends after it starts (stated in its schema's description); one side
+    missing is now, or 30 days before the end."""
+    if not isinstance(body, dict):
+        return False
+    try:
+        until = datetime.fromisoformat(body["until"]) if body.get("until") else None
+        since = datetime.fromisoformat(body["since"]) if body.get("since") else None
+    except (TypeError, ValueError):
+        return False
+    until = until or datetime.now(UTC)
+    since = since or until - timedelta(days=30)
+    try:
+        return until <= since
+    except TypeError:  # one of them without an offset
+        return True
 
 
 def _names_more_than_one(body) -> bool:

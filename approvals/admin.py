@@ -19,6 +19,7 @@ from agentportal.selectors import principal_for_user
 from approvals.gate import assignment, services
 from approvals.gate.policy_admin import ApprovalPolicyAdmin
 from approvals.models import (
+    Absence,
     Approval,
     ApprovalPolicy,
     ApprovalStatus,
@@ -348,6 +349,17 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
             else:
                 to = name.strip() or "nobody"
                 self.message_user(request, f"Approval {approval.interrupt_id}: assigned to {to}.")
+
+
+@admin.register(Absence)
+class AbsenceAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
+    """Who is away from the shop and who stands in (set on the portal's Away page or over
+    REST, through approvals.gate.delegation); shown here, written there."""
+
+    list_display = ["user", "delegate", "starts_at", "ends_at", "merchant"]
+    list_select_related = ["user", "delegate", "merchant"]
+    list_filter = ["merchant"]
+    date_hierarchy = "starts_at"
 
 
 @admin.register(ApproverGroup)

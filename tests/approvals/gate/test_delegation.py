@@ -18,6 +18,7 @@ from runs.timeline import run_timeline
 from tests import factories
 from tests.approvals.policy_helpers import approval_of, policy_set, refund_run
 from tests.approvals.refund_helpers import refund_run_waiting
+from tests.pages import signed_in
 from tests.threads import in_threads
 
 ABSENCES = "/api/v1/absences"
@@ -227,3 +228,19 @@ def test_an_escalation_for_an_operator_away_goes_to_their_stand_in(demo):
     assert email.payload["body"].startswith("You get this for olivia, away until")
     assert "/portal/decide/" in email.payload["body"]
     assert Approval.objects.get(pk=approval.pk).escalated_at is not None
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_the_shops_absences_and_edits_none(demo):
+    away(demo, "sam", "sue")
+    sue = signed_in("sue")
+
+    listing = sue.get("/admin/approvals/absence/").content.decode()
+    adding = sue.get("/admin/approvals/absence/add/")
+
+    assert "sam" in listing and "sue" in listing
+    assert adding.status_code == 403
+    assert (
+        signed_in("oscar").get("/admin/approvals/absence/").content.decode().count("field-user")
+        == 0
+    )

@@ -12,6 +12,7 @@ from agentportal.serializers import (
     StrictIntegerField,
     StrictSerializer,
 )
+from approvals.gate.bands import MAX_APPROVALS, ApproverBand
 from approvals.gate.policies import MAX_SECONDS, policy_amount_fields
 from approvals.models import (
     Approval,
@@ -246,9 +247,30 @@ class SecondsField(StrictIntegerField):
         super().__init__(max_value=MAX_SECONDS, **kwargs)
 
 
+class ApproverBandSerializer(StrictSerializer):
+    """One band of a policy: the calls from the amount `from` (null: every amount) need
+    `approvals` people of the approver group `group` (null: any supervisor of the shop)."""
+
+    approvals = StrictIntegerField(min_value=1, max_value=MAX_APPROVALS)
+    group = StrictCharField(max_length=64, allow_null=True, required=False, default=None)
+
+    def get_fields(self):
+        # `from` is a Python keyword: the field is named here.
+        fields = super().get_fields()
+        fields["from"] = AmountField(allow_null=True, required=False, default=None)
+        return fields
+
+    def to_internal_value(self, data) -> ApproverBand:
+        values = super().to_internal_value(data)
+        return ApproverBand(
+            from_amount=values["from"], approvals=values["approvals"], group=values["group"]
+        )
+
+
 class PolicyRulesSerializer(StrictSerializer):
     """A PUT of a policy: its rules, all of them (null: never). `two_approvers_from` lies above
-    `auto_approve_up_to` when both are set."""
+    `auto_approve_up_to` when both are set; it is the shorthand of one band (two people of any
+    group from that amount), so a body gives it or `approver_bands`, not both."""
 
     amount_field = StrictCharField(max_length=64)
 
@@ -267,6 +289,7 @@ class PolicyRulesSerializer(StrictSerializer):
 
     auto_approve_up_to = AmountField(allow_null=True)
     two_approvers_from = AmountField(allow_null=True)
+    approver_bands = ApproverBandSerializer(many=True, required=False, default=list)
     escalate_after_seconds = SecondsField(allow_null=True)
     escalate_to_operators = StrictBooleanField(default=True)
     escalate_to_email = StrictEmailField(allow_blank=True, max_length=254, default="")
@@ -308,6 +331,8 @@ class PolicySerializer(serializers.Serializer):
     amount_field = serializers.CharField(source="current.amount_field")
     auto_approve_up_to = AmountField(source="current.auto_approve_up_to", allow_null=True)
     two_approvers_from = AmountField(source="current.two_approvers_from", allow_null=True)
+    # The bands the gate reads: the shorthand's one band when it was given.
+    approver_bands = ApproverBandSerializer(source="current.approver_bands", many=True)
     escalate_after_seconds = serializers.IntegerField(
         source="current.escalate_after_seconds", allow_null=True
     )

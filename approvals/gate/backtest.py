@@ -48,7 +48,7 @@ def policy_backtest(
 ) -> PolicyBacktest:
     """Replay the shop's calls of `tool_name` asked for in [since, until) against `rules`,
     on the arguments the agent asked for (what a policy weighs when a call is made)."""
-    policy_rules_check(tool_name=tool_name, rules=rules)
+    policy_rules_check(merchant=merchant, tool_name=tool_name, rules=rules)
     result = PolicyBacktest(since=since, until=until)
     result.days = max((until - since).total_seconds() / 86400, 0.0)
     calls = (

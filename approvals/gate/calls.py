@@ -15,12 +15,11 @@ from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
 from agentportal import errors
-from agentportal.models import ApiKey
 from agentportal.problems import pydantic_errors
-from agentportal.selectors import supervisor_memberships
 from approvals import locks
 from approvals.gate import escalation, policies
-from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
+from approvals.gate.quorum import quorum_holds
+from approvals.models import Approval, ApprovalStatus, Decision, args_digest
 from approvals.notify import notifications
 from runs import services as run_services
 from runs.locks import run_lock
@@ -197,6 +196,7 @@ def _call_paused(run: AgentRun, tool: Tool, args: BaseModel, key: str, *, now, e
         "expires_at": expires_at,
         "policy_version": policy,
         "required_approvals": needs.required_approvals,
+        "required_group": needs.group or "",
     }
     events = [
         (
@@ -207,6 +207,7 @@ def _call_paused(run: AgentRun, tool: Tool, args: BaseModel, key: str, *, now, e
                 "tool_args": proposed,
                 "expires_at": expires_at.isoformat(),
                 "required_approvals": needs.required_approvals,
+                "required_group": needs.group,
                 "policy": {"id": policy.policy_id, "version": policy.version} if policy else None,
             },
         )
@@ -239,47 +240,18 @@ def _call_paused(run: AgentRun, tool: Tool, args: BaseModel, key: str, *, now, e
     return call, fields, events
 
 
-def decider_still_allowed(*, merchant, user, api_key_id: int | None) -> bool:
-    """Whoever decided must still hold a deciding role now, not only when they decided."""
-    if user is not None:
-        return user.is_active and (
-            user.is_superuser
-            or supervisor_memberships(merchant=merchant).filter(user=user).exists()
-        )
-    if api_key_id is not None:
-        return ApiKey.objects.filter(
-            pk=api_key_id, revoked_at__isnull=True, merchant__active=True
-        ).exists()
-    return False
-
-
-def approvers_still_allowed(approval: Approval) -> bool:
-    """Everyone whose approval counted for the arguments about to run still holds a deciding
-    role (a policy's approval needs nobody). Approvals decided before votes were recorded
-    name their one decider on the row."""
-    if approval.decided_by_policy:
-        return True
-    votes = ApprovalVote.objects.filter(approval=approval, args_digest=approval.args_digest)
-    deciders = [(vote.user, vote.api_key_id) for vote in votes.select_related("user")]
-    if not deciders:
-        deciders = [(approval.decided_by, approval.decided_by_key_id)]
-    return all(
-        decider_still_allowed(merchant=approval.merchant, user=user, api_key_id=key_id)
-        for user, key_id in deciders
-    )
-
-
 def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingToolCall, key: str):
-    approval = Approval.objects.select_related("decided_by", "merchant").get(
+    approval = Approval.objects.select_related("decided_by", "merchant", "policy_version").get(
         interrupt_id=call.interrupt_id
     )
-    if not approvers_still_allowed(approval):
+    if not quorum_holds(approval, requester_id=run.account_id):
         return StepCommit(
             next_node=Node.TOOLS,
             advance_step=False,
             fail_with=(
                 ErrorCode.APPROVER_REVOKED,
-                "Someone who approved the call no longer holds a deciding role.",
+                "The call no longer has the approvals it needs: someone who approved it no "
+                "longer holds a deciding role or left the approver group its policy names.",
             ),
         )
     validated = tool.args_model.model_validate(call.tool_args)

@@ -12,6 +12,8 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from approvals import selectors
+from approvals.gate.bands import ApproverBand, bands_from_json
+from approvals.gate.quorum import approve_refusal
 from approvals.gate.reviews import Concern, call_review
 from approvals.models.gate import (
     Approval,
@@ -85,9 +87,21 @@ def policy_described(version: ApprovalPolicyVersion) -> str:
         rules.append(f"approved by the rule up to {money(version.auto_approve_up_to)}")
     if version.two_approvers_from is not None:
         rules.append(f"two approvers from {money(version.two_approvers_from)}")
+    else:
+        rules += [_band_described(band) for band in bands_from_json(version.approver_bands)]
     if version.escalate_after_seconds:
         rules.append(f"escalated after {_duration(version.escalate_after_seconds)} undecided")
     return f"{', '.join(rules) or 'one approver'} (version {version.version})"
+
+
+def _band_described(band: ApproverBand) -> str:
+    """`2 of the Finance group from 200.00`, `1 of the Support group`."""
+    who = (
+        f"{band.approvals} of the {band.group} group"
+        if band.group
+        else (f"{band.approvals} approvers")
+    )
+    return f"{who} from {money(band.from_amount)}" if band.from_amount is not None else who
 
 
 def _duration(seconds: int) -> str:
@@ -106,11 +120,14 @@ def approvals_context(approval: Approval, *, user) -> dict[str, Any]:
     approved_by_me = pending and any(vote.user_id == user.pk for vote in votes)
     revised = pending and approval.approved_args not in (None, approval.proposed_args)
     revisers = [vote.voter_name for vote in votes if vote.decision == Decision.REVISE]
+    refusal = approve_refusal(approval=approval, user=user) if pending else ""
     return {
-        "four_eyes": approval.required_approvals > 1,
+        "four_eyes": approval.required_approvals > 1 or bool(approval.required_group),
+        "required_group": approval.required_group,
+        "approve_refusal": refusal,
         "approvals_given": [_given(vote) for vote in votes],
         "approved_by_me": approved_by_me,
-        "can_approve": pending and not approved_by_me,
+        "can_approve": pending and not approved_by_me and not refusal,
         "revised_by": revisers[0] if revised and revisers else "",
         "approve_label": (
             f"Approve {revisers[0]}'s changes" if revised and revisers else "Approve as proposed"
@@ -132,19 +149,21 @@ def approvals_note(approval: Approval, *, user_id: int) -> tuple[str, bool]:
     """An inbox row's word on a call that needs two approvals ("needs 2 approvals", "1 of 2
     approvals: sam"; "you" for the supervisor reading it), and whether they gave one: then
     it waits for another supervisor. Nothing for a call one approval decides."""
-    if approval.required_approvals <= 1:
+    group = f" of {approval.required_group}" if approval.required_group else ""
+    if approval.required_approvals <= 1 and not group:
         return "", False
     votes = approval.current_votes
     required = approval.required_approvals
+    needed = f"{required}{group} approval{'s' if required > 1 else ''}"
     if not votes:
-        return f"needs {required} approvals", False
+        return f"needs {needed}", False
     names = ", ".join(
         ("you" if vote.user_id == user_id else vote.voter_name)
         + (" (with changes)" if vote.decision == Decision.REVISE else "")
         for vote in votes
     )
     mine = any(vote.user_id == user_id for vote in votes)
-    return f"{len(votes)} of {required} approvals: {names}", mine
+    return f"{len(votes)} of {needed}: {names}", mine
 
 
 # What a call's status means, for a supervisor looking at the calls of one request.

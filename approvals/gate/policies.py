@@ -5,7 +5,7 @@ rule changes; a call records the version it was created under and what that vers
 it (how many approvals, when to escalate), so a later edit never changes a pending call.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -17,9 +17,16 @@ from django.db.models.functions import Cast
 
 from agentportal import errors
 from agentportal.models import Merchant
+from approvals.gate.bands import (
+    ApproverBand,
+    band_for,
+    bands_as_json,
+    bands_from_json,
+    bands_problems,
+)
 from approvals.gate.reviews import call_reviews
 from approvals.locks import policy_lock
-from approvals.models import ApprovalPolicy, ApprovalPolicyVersion
+from approvals.models import ApprovalPolicy, ApprovalPolicyVersion, ApproverGroup
 from runs.tools import TOOLS
 
 # The policy of the tools whose calls wait for a supervisor's approval (approvals.interrupts).
@@ -29,6 +36,7 @@ RULE_FIELDS = (
     "amount_field",
     "auto_approve_up_to",
     "two_approvers_from",
+    "approver_bands",
     "escalate_after_seconds",
     "escalate_to_operators",
     "escalate_to_email",
@@ -40,25 +48,44 @@ MAX_SECONDS = 2**31 - 1
 
 @dataclass(frozen=True)
 class PolicyRules:
+    """A policy's rules. `two_approvers_from` is the shorthand of one band (two people of any
+    group from that amount): given alone, the bands are made of it."""
+
     amount_field: str
     auto_approve_up_to: Decimal | None = None
     two_approvers_from: Decimal | None = None
+    approver_bands: tuple[ApproverBand, ...] = field(default=())
     escalate_after_seconds: int | None = None
     escalate_to_operators: bool = True
     escalate_to_email: str = ""
 
+    def __post_init__(self) -> None:
+        bands = tuple(self.approver_bands)
+        if self.two_approvers_from is not None and not bands:
+            bands = (ApproverBand(from_amount=self.two_approvers_from, approvals=2),)
+        # (stored as the JSON says them: amounts to the cent, lowest band first)
+        object.__setattr__(self, "approver_bands", bands_from_json(bands_as_json(bands)))
+
     @classmethod
     def of(cls, version: ApprovalPolicyVersion) -> "PolicyRules":
-        return cls(**{name: getattr(version, name) for name in RULE_FIELDS})
+        values = {name: getattr(version, name) for name in RULE_FIELDS}
+        return cls(**values | {"approver_bands": bands_from_json(version.approver_bands)})
+
+    def as_fields(self) -> dict[str, Any]:
+        """The rules as a version's columns."""
+        values = {name: getattr(self, name) for name in RULE_FIELDS}
+        return values | {"approver_bands": bands_as_json(self.approver_bands)}
 
 
 @dataclass(frozen=True)
 class CallRequirement:
-    """What a policy version asks of one call."""
+    """What a policy version asks of one call: `required_approvals` people, of the approver
+    group `group` when it names one (None: any supervisor of the shop)."""
 
     auto_approve: bool
     required_approvals: int
     escalate_at: datetime | None
+    group: str | None = None
 
 
 def policy_tool_names() -> list[str]:
@@ -78,10 +105,11 @@ def policy_amount_fields() -> list[str]:
     )
 
 
-def policy_rules_check(*, tool_name: str, rules: PolicyRules) -> None:
-    """400 with field errors unless the rules fit the tool: it exists and waits for approval,
-    the amount field is one of its numeric arguments, thresholds are not negative and the
-    auto-approval limit lies below the four-eyes threshold."""
+def policy_rules_check(*, merchant: Merchant, tool_name: str, rules: PolicyRules) -> None:
+    """400 with field errors unless the rules fit the tool and the shop: the tool exists and
+    waits for approval, the amount field is one of its numeric arguments, thresholds are not
+    negative, the auto-approval limit lies below the four-eyes threshold and every band, and
+    the bands name the shop's approver groups (approvals.gate.bands)."""
     tool = TOOLS.get(tool_name)
     if tool is None or tool.policy != APPROVAL_POLICY:
         raise errors.InvalidInput(
@@ -114,6 +142,17 @@ def policy_rules_check(*, tool_name: str, rules: PolicyRules) -> None:
                 "message": f"must be above auto_approve_up_to ({auto})",
             }
         )
+    shorthand = (ApproverBand(from_amount=four_eyes, approvals=2),)
+    if four_eyes is not None and rules.approver_bands != shorthand:
+        problems.append(
+            {
+                "field": "approver_bands",
+                "message": "give either two_approvers_from or approver_bands, not both",
+            }
+        )
+    elif four_eyes is None:
+        groups = set(ApproverGroup.objects.filter(merchant=merchant).values_list("name", flat=True))
+        problems += bands_problems(rules.approver_bands, auto_approve_up_to=auto, groups=groups)
     if rules.escalate_after_seconds is not None and rules.escalate_after_seconds < 1:
         problems.append({"field": "escalate_after_seconds", "message": "at least 1 second"})
     if problems:
@@ -128,7 +167,7 @@ def policy_update(
     Locks the policy row (created first if the shop had none), so two concurrent edits make
     two consecutive versions and never the same number twice.
     """
-    policy_rules_check(tool_name=tool_name, rules=rules)
+    policy_rules_check(merchant=merchant, tool_name=tool_name, rules=rules)
     # get_or_create finds the row a concurrent first edit created a moment ago.
     policy, _created = ApprovalPolicy.objects.get_or_create(merchant=merchant, tool_name=tool_name)
     with transaction.atomic():
@@ -140,7 +179,7 @@ def policy_update(
             policy=policy,
             version=(current.version + 1) if current else 1,
             created_by=user,
-            **{name: getattr(rules, name) for name in RULE_FIELDS},
+            **rules.as_fields(),
         )
         moved = ApprovalPolicy.objects.filter(pk=policy.pk, current=current).update(current=version)
         if moved != 1:
@@ -179,11 +218,14 @@ def call_amount() -> Case:
 
 
 def call_requirement(
-    *, version: ApprovalPolicyVersion | None, arguments: dict[str, Any], now: datetime
+    *,
+    version: ApprovalPolicyVersion | PolicyRules | None,
+    arguments: dict[str, Any],
+    now: datetime,
 ) -> CallRequirement:
-    """What a call with these (validated) arguments needs under a policy version. Without a
-    policy: one approval, no escalation. An amount that cannot be read is never
-    auto-approved and needs two people where the policy has a four-eyes threshold."""
+    """What a call with these (validated) arguments needs under a policy version (or proposed
+    rules). Without a policy: one approval, no escalation. An amount that cannot be read is
+    never auto-approved and falls in the policy's highest band."""
     if version is None:
         return CallRequirement(auto_approve=False, required_approvals=1, escalate_at=None)
     amount = amount_read(arguments.get(version.amount_field))
@@ -192,16 +234,18 @@ def call_requirement(
         if version.escalate_after_seconds
         else None
     )
-    if amount is None:
-        auto, required = False, 2 if version.two_approvers_from is not None else 1
-    else:
-        auto = version.auto_approve_up_to is not None and amount <= version.auto_approve_up_to
-        four_eyes = version.two_approvers_from is not None and amount >= version.two_approvers_from
-        required = 2 if four_eyes else 1
+    auto = (
+        amount is not None
+        and version.auto_approve_up_to is not None
+        and amount <= version.auto_approve_up_to
+    )
+    bands = version.approver_bands
+    band = band_for(bands if isinstance(bands, tuple) else bands_from_json(bands), amount)
     return CallRequirement(
         auto_approve=auto,
-        required_approvals=required,
+        required_approvals=band.approvals if band else 1,
         escalate_at=None if auto else escalate_at,
+        group=band.group if band else None,
     )
 
 

@@ -17,6 +17,7 @@ from agentportal.admin import OperatorScopedAdmin
 from agentportal.errors import InvalidInput
 from approvals import selectors
 from approvals.gate.backtest import policy_backtest
+from approvals.gate.bands import bands_from_json, bands_parse, bands_text
 from approvals.gate.policies import (
     MAX_SECONDS,
     RULE_FIELDS,
@@ -47,7 +48,16 @@ class ApprovalPolicyForm(forms.ModelForm):
         max_digits=10,
         decimal_places=2,
         required=False,
-        help_text="Calls from this amount need two different people. Blank: never.",
+        help_text="Calls from this amount need two different people. Blank: never. "
+        "The shorthand of the band '2 from <amount>': give it or the bands below.",
+    )
+    approver_bands = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 40}),
+        help_text="One band a line: '2 of Finance from 200.00' (two members of the Finance "
+        "group for calls from 200.00), '1 of Support' (every amount), '2 from 500.00' (any two "
+        "supervisors). A call falls in the band with the highest amount at or below its own; "
+        "below every band it needs one supervisor. Blank: no bands.",
     )
     escalate_after_seconds = forms.IntegerField(
         required=False,
@@ -77,6 +87,16 @@ class ApprovalPolicyForm(forms.ModelForm):
         if current is not None:
             for name in RULE_FIELDS:
                 self.initial.setdefault(name, getattr(current, name))
+            if current.two_approvers_from is None:
+                self.initial["approver_bands"] = bands_text(bands_from_json(current.approver_bands))
+            else:
+                self.initial["approver_bands"] = ""
+
+    def clean_approver_bands(self):
+        try:
+            return bands_parse(self.cleaned_data.get("approver_bands") or "")
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
 
     def clean(self):
         cleaned = super().clean()
@@ -86,7 +106,9 @@ class ApprovalPolicyForm(forms.ModelForm):
         rules = PolicyRules(**{name: cleaned.get(name) for name in RULE_FIELDS})
         try:
             policy_rules_check(
-                tool_name=cleaned.get("tool_name", self.instance.tool_name), rules=rules
+                merchant=cleaned.get("merchant", getattr(self.instance, "merchant", None)),
+                tool_name=cleaned.get("tool_name", self.instance.tool_name),
+                rules=rules,
             )
         except InvalidInput as refusal:
             for error in refusal.errors or [{"field": "", "message": refusal.detail}]:
@@ -99,6 +121,13 @@ class ApprovalPolicyForm(forms.ModelForm):
 
 def _amount(value) -> str:
     return "-" if value is None else str(value)
+
+
+def _bands(version: ApprovalPolicyVersion) -> str:
+    """`2 of Finance from 200.00; 1 of Support`, or "one supervisor"."""
+    return bands_text(bands_from_json(version.approver_bands)).replace("\n", "; ") or (
+        "one supervisor"
+    )
 
 
 def _seconds(value) -> str:
@@ -122,7 +151,7 @@ class ApprovalPolicyAdmin(OperatorScopedAdmin):
         "version",
         "amount_field",
         "auto_approve_up_to",
-        "two_approvers_from",
+        "approvers",
         "escalate_after",
         "escalate_to",
         "updated",
@@ -158,9 +187,9 @@ class ApprovalPolicyAdmin(OperatorScopedAdmin):
     def auto_approve_up_to(self, policy: ApprovalPolicy):
         return _amount(policy.current.auto_approve_up_to) if policy.current else "-"
 
-    @admin.display(description="two people from")
-    def two_approvers_from(self, policy: ApprovalPolicy):
-        return _amount(policy.current.two_approvers_from) if policy.current else "-"
+    @admin.display(description="approvers")
+    def approvers(self, policy: ApprovalPolicy):
+        return _bands(policy.current) if policy.current else "-"
 
     @admin.display(description="escalate after")
     def escalate_after(self, policy: ApprovalPolicy):
@@ -187,7 +216,7 @@ class ApprovalPolicyAdmin(OperatorScopedAdmin):
                     version.version,
                     version.amount_field,
                     _amount(version.auto_approve_up_to),
-                    _amount(version.two_approvers_from),
+                    _bands(version),
                     _seconds(version.escalate_after_seconds),
                     _escalated_to(version),
                     version.created_by.get_username() if version.created_by else "service key",
@@ -198,7 +227,7 @@ class ApprovalPolicyAdmin(OperatorScopedAdmin):
         )
         return format_html(
             "<table><thead><tr><th>version</th><th>amount field</th>"
-            "<th>approved by the policy up to</th><th>two people from</th>"
+            "<th>approved by the policy up to</th><th>approvers</th>"
             "<th>escalate after</th><th>escalate to</th><th>by</th><th>at (UTC)</th>"
             "</tr></thead><tbody>{}</tbody></table>",
             rows,

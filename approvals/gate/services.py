@@ -2,9 +2,9 @@
 through here or approvals.gate.calls (the worker's side): the API, the admin, the portal pages, the
 worker and `maintain` call them.
 
-A call may need two people (the shop's four-eyes policy): each approval is an ApprovalVote for
-the arguments on the table, and the call moves on when it has as many as it needs. A revision
-starts the count again with the reviser's vote.
+A call may need several people (its policy's band, approvals.gate.quorum): each approval is an
+ApprovalVote for the arguments on the table, and the call moves on when it has as many as it
+needs. A revision starts the count again with the reviser's vote.
 
 Lock order: Membership -> AgentRun -> Approval. The run's state snapshot and the Approval row
 change in the same transaction and never disagree.
@@ -25,6 +25,7 @@ from agentportal.selectors import principal_for_user
 from approvals import locks
 from approvals.gate import policies
 from approvals.gate.calls import call_moved, call_replaced, tool_args_validate
+from approvals.gate.quorum import approval_count_locked, voter_of
 from approvals.gate.reviews import call_review
 from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
 from approvals.notify import notifications
@@ -202,45 +203,34 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
     _refuse_unless_seen(approval, request)
     arguments = revised if request.decision == Decision.REVISE else approval.arguments_on_the_table
     digest = args_digest(arguments)
-    required = policies.call_requirement(
+    need = policies.call_requirement(
         version=approval.policy_version, arguments=arguments, now=timezone.now()
-    ).required_approvals
-    voter = _voter(principal)
-    round_votes = ApprovalVote.objects.filter(approval=approval, args_digest=digest)
-    if round_votes.filter(voter=voter).exists():
-        raise errors.SameApprover(
-            "You approved these arguments already; another supervisor must approve them too."
-        )
-    given = round_votes.count() + 1
-    if principal.user is None and required > 1:
-        # Four eyes are people's: the shop's service keys together are one vote at most,
-        # and never the one that completes the count.
-        if round_votes.filter(user__isnull=True).exists():
-            raise errors.SameApprover(
-                "A service key of this shop approved these arguments already; a supervisor "
-                "must approve them too."
-            )
-        if given >= required:
-            raise errors.NotAllowed(
-                f"This call needs {required} approvals and the last must be a supervisor's: "
-                "a service key's approval is never the one that completes it."
-            )
+    )
+    required = need.required_approvals
+    given = approval_count_locked(
+        approval=approval,
+        requester_id=run.account_id,
+        principal=principal,
+        need=need,
+        digest=digest,
+    )
     ApprovalVote.objects.create(
         approval=approval,
-        voter=voter,
+        voter=voter_of(principal),
         user=principal.user,
         api_key=principal.api_key if principal.user is None else None,
         decision=request.decision,
         args_digest=digest,
     )
     if given >= required:
-        _settle_locked(run, snapshot, approval, principal, request, arguments, required)
+        _settle_locked(run, snapshot, approval, principal, request, arguments, need)
         return
     # Not enough yet: the call stays pending, now for these arguments.
     moved = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING_APPROVAL).update(
         approved_args=arguments,
         args_digest=digest,
         required_approvals=required,
+        required_group=need.group or "",
         updated_at=timezone.now(),
     )
     if moved != 1:
@@ -256,6 +246,7 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
                     "by": principal.public_name,
                     "approvals_given": given,
                     "required_approvals": required,
+                    "required_group": need.group,
                     "tool_args": arguments if request.decision == Decision.REVISE else None,
                     "via": request.via,
                 },
@@ -284,16 +275,10 @@ def _refuse_unless_seen(approval: Approval, request: DecisionRequest) -> None:
     raise errors.ArgumentsChanged(detail, tool_args=current, args_digest=digest)
 
 
-def _voter(principal: Principal) -> str:
-    if principal.user is not None:
-        return f"user:{principal.user.pk}"
-    return f"key:{principal.api_key.pk}"
-
-
-def _settle_locked(run, snapshot, approval, principal, request, approved, required=None) -> None:
+def _settle_locked(run, snapshot, approval, principal, request, approved, need=None) -> None:
     """Decide the call for good: rejected (`approved` None), or approved with `approved`
-    (the last of the `required` approvals it needed). Call holding the run's and the
-    approval's locks."""
+    (the last of the approvals `need` asked for). Call holding the run's and the approval's
+    locks."""
     now = timezone.now()
     if approved is None:
         status, decision = ApprovalStatus.REJECTED, request.decision
@@ -311,7 +296,8 @@ def _settle_locked(run, snapshot, approval, principal, request, approved, requir
         decided_by_key=principal.api_key if principal.user is None else None,
         decided_at=now,
         updated_at=now,
-        required_approvals=required or approval.required_approvals,
+        required_approvals=need.required_approvals if need else approval.required_approvals,
+        required_group=(need.group or "") if need else approval.required_group,
     )
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")

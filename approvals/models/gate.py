@@ -79,7 +79,12 @@ class ApprovalPolicyVersion(models.Model):
     amount_field = models.CharField(max_length=64)
     # Blank: never.
     auto_approve_up_to = models.DecimalField(max_digits=10, decimal_places=2, null=True, blank=True)
+    # The shorthand of one band (two people of any group from this amount), as it was given;
+    # the bands below are what the gate reads.
     two_approvers_from = models.DecimalField(max_digits=10, decimal_places=2, null=True, blank=True)
+    # How many people of which group a call needs by its amount (approvals.gate.bands):
+    # `[{"from": "200.00"|null, "approvals": 2, "group": "Finance"|null}, ...]`.
+    approver_bands = models.JSONField(default=list, blank=True)
     escalate_after_seconds = models.PositiveIntegerField(null=True, blank=True)
     escalate_to_operators = models.BooleanField(default=True)
     escalate_to_email = models.EmailField(blank=True)
@@ -141,6 +146,9 @@ class Approval(models.Model):
         ApprovalPolicyVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     required_approvals = models.PositiveSmallIntegerField(default=1)
+    # The approver group whose members approve the arguments on the table; blank: any
+    # supervisor of the shop.
+    required_group = models.CharField(max_length=64, blank=True)
     decided_by_policy = models.BooleanField(default=False)
     escalate_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from approvals.gate.calls import decider_still_allowed
+from approvals.gate.quorum import decider_still_allowed
 from approvals.models import (
     BusinessEvent,
     BusinessEventKind,

@@ -5,6 +5,7 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 
 from agentportal.models import Merchant
+from approvals.gate.bands import ApproverBand
 from approvals.gate.policies import PolicyRules, policy_update
 from approvals.models import Approval, ApprovalPolicy
 from runs import worker
@@ -13,10 +14,18 @@ from tests import factories
 
 
 def policy_set(merchant: Merchant, **rules) -> ApprovalPolicy:
+    """The shop's refund policy; `approver_bands` as (from, approvals, group) triples:
+    `[("200.00", 2, "Finance"), (None, 1, None)]`."""
     values = {"amount_field": "amount", **rules}
     for name in ("auto_approve_up_to", "two_approvers_from"):
         if values.get(name) is not None:
             values[name] = Decimal(values[name])
+    values["approver_bands"] = tuple(
+        ApproverBand(
+            from_amount=None if start is None else Decimal(start), approvals=count, group=group
+        )
+        for start, count, group in values.get("approver_bands", ())
+    )
     return policy_update(merchant=merchant, tool_name="issue_refund", rules=PolicyRules(**values))
 
 

@@ -184,10 +184,22 @@ def _forbid_unknown_fields(schemas: dict, request_body: dict) -> None:
             continue
         shapes = [_component(schemas, shape) for shape in component.get("oneOf", [])] or [component]
         for shape in shapes:
-            shape["additionalProperties"] = False
-            _no_nul(shape)
+            _forbid_in(schemas, shape)
         if any(shape.get("required") for shape in shapes):
             request_body["required"] = True
+
+
+def _forbid_in(schemas: dict, shape: dict) -> None:
+    """This object names all its fields, and so do the objects its fields hold (a policy's
+    bands)."""
+    shape["additionalProperties"] = False
+    _no_nul(shape)
+    for field in shape.get("properties", {}).values():
+        for held in (field, field.get("items", {})):
+            component = _component(schemas, held)
+            # (an object of named fields, not one that says what else it holds: tool_args)
+            if component and "properties" in component and "additionalProperties" not in component:
+                _forbid_in(schemas, component)
 
 
 def _component(schemas: dict, schema: dict) -> dict | None:

@@ -141,6 +141,7 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
         "decided_by_whom",
         "decided_at",
         "required_approvals",
+        "required_group",
         "approvals_given",
         "policy",
         "escalate_at",

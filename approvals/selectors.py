@@ -18,6 +18,7 @@ from approvals.models import (
     ApprovalPolicy,
     ApprovalPolicyVersion,
     ApprovalStatus,
+    ApproverGroup,
     Order,
     Proposal,
     Refund,
@@ -357,3 +358,12 @@ def _writing(rows: list[tuple]) -> tuple[str, int] | None:
 def _chat_digest(conversation_pk, rows) -> str:
     state = [str(conversation_pk) if conversation_pk else "", *map(str, rows)]
     return hashlib.sha256("|".join(state).encode()).hexdigest()[:16]
+
+
+def approver_group_members(*, merchant_id: int, group: str, user_ids) -> set[int]:
+    """Which of these users are members of the shop's approver group `group` now."""
+    return set(
+        ApproverGroup.members.through.objects.filter(
+            approvergroup__merchant_id=merchant_id, approvergroup__name=group, user_id__in=user_ids
+        ).values_list("user_id", flat=True)
+    )

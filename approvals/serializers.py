@@ -126,7 +126,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
     run_id = serializers.UUIDField()
     approvals_given = ApprovalGivenSerializer(source="current_votes", many=True)
     policy = PolicyRefSerializer(source="policy_version", allow_null=True)
-    required_approvals = serializers.IntegerField(min_value=1, max_value=2)
+    required_approvals = serializers.IntegerField(min_value=1, max_value=MAX_APPROVALS)
+    # The approver group whose members' approvals count (the policy's band); null: any
+    # supervisor of the shop.
+    required_group = serializers.SerializerMethodField()
     args_digest = serializers.SerializerMethodField()
     decision = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()
@@ -152,6 +155,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "expires_at",
             "cancel_cause",
             "required_approvals",
+            "required_group",
             "approvals_given",
             "policy",
             "escalated_at",
@@ -191,6 +195,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_reason(self, approval: Approval) -> str | None:
         return approval.reason or None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_required_group(self, approval: Approval) -> str | None:
+        return approval.required_group or None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_decided_by(self, approval: Approval) -> str | None:
@@ -252,7 +260,9 @@ class ApproverBandSerializer(StrictSerializer):
     `approvals` people of the approver group `group` (null: any supervisor of the shop)."""
 
     approvals = StrictIntegerField(min_value=1, max_value=MAX_APPROVALS)
-    group = StrictCharField(max_length=64, allow_null=True, required=False, default=None)
+    group = StrictCharField(
+        max_length=64, allow_null=True, required=False, default=None, validators=[NOT_BLANK]
+    )
 
     def get_fields(self):
         # `from` is a Python keyword: the field is named here.
@@ -270,7 +280,8 @@ class ApproverBandSerializer(StrictSerializer):
 class PolicyRulesSerializer(StrictSerializer):
     """A PUT of a policy: its rules, all of them (null: never). `two_approvers_from` lies above
     `auto_approve_up_to` when both are set; it is the shorthand of one band (two people of any
-    group from that amount), so a body gives it or `approver_bands`, not both."""
+    group from that amount), so a body gives it or `approver_bands`, not both. Bands start at
+    different amounts, each above `auto_approve_up_to`, and name approver groups of the shop."""
 
     amount_field = StrictCharField(max_length=64)
 

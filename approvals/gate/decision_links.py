@@ -11,7 +11,8 @@ from django.utils import timezone
 from agentportal import errors
 from agentportal.selectors import principal_for_user
 from approvals.gate import services
-from approvals.models import Approval, ApprovalStatus, DecisionLink
+from approvals.gate.quorum import approve_refusal
+from approvals.models import Approval, ApprovalStatus, Decision, DecisionLink
 from runs.models import AgentRun
 
 
@@ -70,6 +71,8 @@ def decision_link_refusal(link: DecisionLink) -> str:
         return (
             f"You no longer decide calls for {approval.merchant.name}: this link decides nothing."
         )
+    if link.decision == Decision.APPROVE:
+        return approve_refusal(approval=approval, user=link.user)
     return ""
 
 

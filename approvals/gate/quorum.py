@@ -13,7 +13,8 @@ from agentportal.principals import Principal
 from agentportal.selectors import supervisor_memberships
 from approvals.gate import policies
 from approvals.gate.policies import CallRequirement
-from approvals.models import Approval, ApprovalVote, ApproverGroup
+from approvals.models import Approval, ApprovalVote
+from approvals.selectors import approver_group_members
 
 REQUESTER = "You started this run, so its calls need someone else's approval."
 
@@ -47,7 +48,7 @@ def approval_count_locked(
     refusal saying why it cannot count. Call holding the run's and the approval's locks."""
     user = principal.user
     if user is not None and user.pk == requester_id:
-        raise errors.NotAllowed("You started this run, so its calls need someone else's approval.")
+        raise errors.NotAllowed(REQUESTER)
     if need.group and (user is None or not _group_members(approval, need.group, [user.pk])):
         whose = "a service key's" if user is None else "yours"
         raise errors.NotAllowed(
@@ -89,15 +90,7 @@ def _counted(
 
 
 def _group_members(approval: Approval, group: str, user_ids: list[int]) -> set[int]:
-    """Which of these users are members of the shop's approver group now."""
-    through = ApproverGroup.members.through
-    return set(
-        through.objects.filter(
-            approvergroup__merchant_id=approval.merchant_id,
-            approvergroup__name=group,
-            user_id__in=user_ids,
-        ).values_list("user_id", flat=True)
-    )
+    return approver_group_members(merchant_id=approval.merchant_id, group=group, user_ids=user_ids)
 
 
 def decider_still_allowed(

@@ -12,6 +12,7 @@ from agentportal.selectors import supervisor_memberships
 from approvals import customer_words
 from approvals.models import Approval, ApprovalStatus, Decision, DecisionLink, Transport
 from approvals.notify.outbox import delivery_queue
+from approvals.selectors import approver_group_members
 from approvals.stand_ins import StandIn, stand_ins_for
 
 
@@ -165,6 +166,7 @@ def _decision_emails_queue(
     recipients = {pk: stand_in for pk, stand_in in recipients.items() if stand_in.user.email}
     # Every link of the email in one statement: this runs in the transaction that pauses the
     # call, which on SQLite holds the database's one write lock.
+    approvers = _approvers_among(approval, recipients)
     made = DecisionLink.objects.bulk_create(
         DecisionLink(
             approval=approval,
@@ -175,6 +177,7 @@ def _decision_emails_queue(
         )
         for stand_in in recipients.values()
         for decision in (Decision.APPROVE, Decision.REJECT)
+        if decision == Decision.REJECT or stand_in.user.pk in approvers
     )
     tokens = {(link.user_id, link.decision): link.token for link in made}
     approve = customer_words.decision_named(approval, Decision.APPROVE)
@@ -183,7 +186,13 @@ def _decision_emails_queue(
         links = {
             decision: _portal_link("portal-decision-link", token=tokens[user.pk, decision])
             for decision in (Decision.APPROVE, Decision.REJECT)
+            if (user.pk, decision) in tokens
         }
+        approve_line = (
+            f"{approve}: {links[Decision.APPROVE]}\n"
+            if Decision.APPROVE in links
+            else f"{_not_yours_to_approve(approval, user)} You may reject it.\n"
+        )
         delivery_queue(
             merchant=approval.merchant,
             transport=Transport.EMAIL,
@@ -193,7 +202,7 @@ def _decision_emails_queue(
             payload={
                 "body": (
                     f"{stand_in.said()}{body}\n\n"
-                    f"{approve}: {links[Decision.APPROVE]}\n"
+                    f"{approve_line}"
                     f"Reject: {links[Decision.REJECT]}\n\n"
                     "These links are yours: each asks you to confirm, then decides as you, once. "
                     "They stop working when the call is decided, changed or expires.\n"
@@ -201,6 +210,23 @@ def _decision_emails_queue(
                 )
             },
         )
+
+
+def _approvers_among(approval: Approval, recipients: dict[int, StandIn]) -> set[int]:
+    """The recipients whose approval of the call would count: not the run's requester, and
+    of the approver group its arguments need, if they need one (the gate checks again)."""
+    people = set(recipients) - {approval.run.account_id}
+    if not approval.required_group:
+        return people
+    return approver_group_members(
+        merchant_id=approval.merchant_id, group=approval.required_group, user_ids=people
+    )
+
+
+def _not_yours_to_approve(approval: Approval, user) -> str:
+    if user.pk == approval.run.account_id:
+        return "You started this run, so its calls need someone else's approval."
+    return f"This call needs approvals from the {approval.required_group} group."
 
 
 def _approval_link(approval: Approval) -> str:

@@ -35,6 +35,8 @@ from tests.problems import assert_problem
 APPROVALS = "/api/v1/approvals"
 APPROVAL_FIELDS = {
     "required_approvals",
+    # whose approvals count: the policy's band's group (README, "Approval policies")
+    "required_group",
     "approvals_given",
     "policy",
     "escalated_at",

@@ -299,6 +299,7 @@ APPROVAL_VALUES = {
     "decision": Decision.APPROVE.value,
     "reason": "",
     "required_approvals": 1,
+    "required_group": "",
     "decided_by_policy": False,
     "cancel_cause": "",
 }

@@ -2,7 +2,6 @@
 nothing, confirming decides once as that person on the arguments the email showed, and a
 link refuses once the call was decided, changed or expired, or the person's role went."""
 
-import re
 from datetime import timedelta
 
 import pytest
@@ -20,40 +19,13 @@ from approvals.models import (
     DecisionLink,
     Delivery,
     Refund,
-    Transport,
 )
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus
+from tests.approvals.gate.link_helpers import confirm, follow, links_in_email
 from tests.approvals.policy_helpers import seen
 from tests.approvals.refund_helpers import refund_run_waiting
 from tests.threads import in_threads
-
-LINK = re.compile(r"^(Approve[^:]*|Reject): \S+/portal/decide/([^/\s]+)/$", re.MULTILINE)
-
-
-def links_in_email(approval: Approval, username: str) -> dict[str, str]:
-    """{"approve": token, "reject": token} from the email `username` was sent about the call."""
-    [email] = [
-        email
-        for email in Delivery.objects.filter(
-            transport=Transport.EMAIL,
-            event="approval.requested",
-            recipient=f"{username}@example.com",
-        )
-        if approval.interrupt_id in email.payload["body"]
-    ]
-    return {
-        ("reject" if label == "Reject" else "approve"): token
-        for label, token in LINK.findall(email.payload["body"])
-    }
-
-
-def follow(token: str):
-    return Client().get(f"/portal/decide/{token}/")
-
-
-def confirm(token: str, reason: str = ""):
-    return Client().post("/portal/decide/", {"token": token, "reason": reason})
 
 
 def text(response) -> str:

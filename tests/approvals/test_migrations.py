@@ -127,3 +127,27 @@ def test_both_old_outboxes_become_one_with_their_history():
     )
     assert webhook.payload == {"event": "approval.requested", "interrupt_id": "int-1"}
     assert webhook.delivered_at == sent_at
+
+
+def test_policies_written_with_two_approvers_from_get_the_band_it_stands_for():
+    # given two versions of a policy from before bands: four eyes from 200.00, then none
+    old = _migrate([("approvals", "0014_absences")])
+    shop = old.get_model("agentportal", "Merchant").objects.create(slug="old", name="Old")
+    policy = old.get_model("approvals", "ApprovalPolicy").objects.create(
+        merchant=shop, tool_name="issue_refund"
+    )
+    Version = old.get_model("approvals", "ApprovalPolicyVersion")
+    Version.objects.create(
+        policy=policy, version=1, amount_field="amount", two_approvers_from="200.00"
+    )
+    Version.objects.create(policy=policy, version=2, amount_field="amount")
+
+    # when the project is migrated to its latest state
+    new = _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    # then the first has the shorthand's one band, the second none; the shorthand is kept
+    versions = new.get_model("approvals", "ApprovalPolicyVersion").objects.order_by("version")
+    assert [(str(v.two_approvers_from), v.approver_bands) for v in versions] == [
+        ("200.00", [{"from": "200.00", "approvals": 2, "group": None}]),
+        ("None", []),
+    ]

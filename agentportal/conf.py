@@ -38,13 +38,16 @@ def site_url() -> str:
     return url
 
 
+def trusted_proxies() -> tuple[str, ...]:
+    """The proxies (addresses or networks) that may say who the client is in X-Forwarded-For,
+    to the web server and to Django alike; none by default, so every such header is ignored."""
+    return trusted_proxies_parse(env_text("AGENTPORTAL_TRUSTED_PROXIES", ""))
+
+
 def portal_settings() -> PortalSettings:
     return PortalSettings(
         SITE_URL=site_url(),
-        # The proxies (addresses or networks) that may say who the client is in
-        # X-Forwarded-For, to the web server and to Django alike; none by default, so every
-        # such header is ignored.
-        TRUSTED_PROXIES=trusted_proxies_parse(env_text("AGENTPORTAL_TRUSTED_PROXIES", "")),
+        TRUSTED_PROXIES=trusted_proxies(),
         # Failed sign-ins per user name and address before that pair waits out the window.
         LOGIN_FAILURES=env_count("AGENTPORTAL_LOGIN_FAILURES", 5),
         LOGIN_LOCK_SECONDS=env_count("AGENTPORTAL_LOGIN_LOCK_SECONDS", 15 * 60),

@@ -3,6 +3,7 @@ when the value does not fit, so a mistyped setting stops the process at start wi
 sentence an operator can act on, never a bare ValueError."""
 
 import os
+import sys
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -10,12 +11,26 @@ TRUE = {"1", "true", "yes", "on"}
 FALSE = {"", "0", "false", "no", "off"}
 
 
+# Every variable read through these readers, with the module that read it first: each app's
+# settings list themselves here (agentportal.conf, runs.conf, approvals.conf; Django's own in
+# agentportal.settings), and the tests hold the README's table to it.
+READ: dict[str, str] = {}
+
+
+def _raw(name: str) -> str | None:
+    frame = sys._getframe(1)
+    while frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    READ.setdefault(name, frame.f_globals.get("__name__", ""))
+    return os.environ.get(name)
+
+
 def _refused(name: str, wanted: str, raw: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"{name} must be {wanted}, not {raw!r}.")
 
 
 def env_bool(name: str, default: bool = False) -> bool:
-    raw = os.environ.get(name)
+    raw = _raw(name)
     if raw is None:
         return default
     value = raw.strip().lower()
@@ -26,7 +41,7 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     """A whole number, `minimum` or more (0 unless said)."""
-    raw = os.environ.get(name)
+    raw = _raw(name)
     if raw is None:
         return default
     text = raw.strip()
@@ -43,7 +58,7 @@ def env_count(name: str, default: int) -> int:
 
 def env_float(name: str, default: float, *, positive: bool = True) -> float:
     """A number of seconds or the like: above 0 unless `positive` is False (then 0 or more)."""
-    raw = os.environ.get(name)
+    raw = _raw(name)
     if raw is None:
         return default
     wanted = "a number above 0" if positive else "a number of 0 or more"
@@ -59,11 +74,17 @@ def env_float(name: str, default: float, *, positive: bool = True) -> float:
 
 
 def env_text(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+    raw = _raw(name)
+    return default if raw is None else raw
+
+
+def env_list(name: str, default: str) -> list[str]:
+    """Comma-separated values, blanks left out."""
+    return [item.strip() for item in env_text(name, default).split(",") if item.strip()]
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    raw = os.environ.get(name, default)
+    raw = env_text(name, default)
     if raw not in choices:
         raise _refused(name, " or ".join(choices), raw)
     return raw
@@ -71,7 +92,7 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
 
 def env_redis_url(name: str) -> str:
     """A Redis URL, or "" when the variable is not set."""
-    raw = os.environ.get(name, "")
+    raw = env_text(name, "")
     if raw and not raw.startswith(("redis://", "rediss://")):
         raise _refused(name, "a redis:// or rediss:// URL", raw)
     return raw

@@ -6,9 +6,7 @@ a thread), and gunicorn replaces a worker process that dies.
 `gunicorn -c python:agentportal.gunicorn_conf --bind 10.0.0.11:8000 --workers 4`.
 """
 
-import os
-
-from agentportal.proxies import trusted_proxies_parse
+from agentportal.conf import trusted_proxies
 
 wsgi_app = "agentportal.asgi:application"
 worker_class = "uvicorn_worker.UvicornWorker"
@@ -24,9 +22,7 @@ graceful_timeout = 10
 keepalive = 5
 # Only these peers' X-Forwarded-For (and -Proto) are believed; uvicorn would otherwise take them
 # from any client on loopback (gunicorn's default), and with nothing set here it takes none.
-forwarded_allow_ips = ",".join(
-    trusted_proxies_parse(os.environ.get("AGENTPORTAL_TRUSTED_PROXIES", ""))
-)
+forwarded_allow_ips = ",".join(trusted_proxies())
 # The portal does not use gunicorn's control interface, whose socket would be one path for all
 # the servers on a machine.
 control_socket_disable = True

@@ -1,6 +1,7 @@
-"""Settings, all from the environment (see API.md, Operations)."""
+"""Django's wiring. Every value comes from the environment, read through agentportal.env (each
+variable named in the error when its value does not fit): Django's own here, each app's in its
+conf module (see the README, Environment variables)."""
 
-import os
 from pathlib import Path
 
 import dj_database_url
@@ -14,7 +15,9 @@ from agentportal.env import (
     env_count,
     env_float,
     env_int,
+    env_list,
     env_redis_url,
+    env_text,
 )
 from agentportal.secret_key import secret_key_checked
 from approvals.conf import approvals_settings
@@ -27,16 +30,12 @@ DEBUG = env_bool("DJANGO_DEBUG")
 
 # The demo's own random key (made once by `make demo`, git-ignored), read only with DEBUG on.
 DEMO_SECRET_KEY_FILE = Path(
-    os.environ.get("AGENTPORTAL_DEMO_SECRET_KEY_FILE") or BASE_DIR / ".demo-secret-key"
+    env_text("AGENTPORTAL_DEMO_SECRET_KEY_FILE", "") or BASE_DIR / ".demo-secret-key"
 )
 SECRET_KEY = secret_key_checked(
-    given=os.environ.get("DJANGO_SECRET_KEY", ""), debug=DEBUG, demo_file=DEMO_SECRET_KEY_FILE
+    given=env_text("DJANGO_SECRET_KEY", ""), debug=DEBUG, demo_file=DEMO_SECRET_KEY_FILE
 )
-ALLOWED_HOSTS = [
-    host.strip()
-    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
-    if host.strip()
-]
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -60,11 +59,7 @@ INSTALLED_APPS = [
 # Behind a TLS-terminating proxy (AGENTPORTAL_HTTPS=1): trust its X-Forwarded-Proto, send
 # plain http to https, ask browsers to keep to https, and send cookies over https only.
 HTTPS = env_bool("AGENTPORTAL_HTTPS")
-CSRF_TRUSTED_ORIGINS = [
-    origin.strip()
-    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
-    if origin.strip()
-]
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
@@ -144,8 +139,8 @@ SQLITE_OPTIONS = {
 WEB_PROCESS = env_bool("AGENTPORTAL_WEB_PROCESS", False)
 try:
     DATABASES = {
-        "default": dj_database_url.config(
-            default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        "default": dj_database_url.parse(
+            env_text("DATABASE_URL", "") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
             conn_max_age=0 if WEB_PROCESS else 60,
             conn_health_checks=not WEB_PROCESS,
         )
@@ -159,7 +154,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
     # Tests run the worker cluster in other processes, so the test database must be a file.
     DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("AGENTPORTAL_TEST_SQLITE", str(BASE_DIR / "test.sqlite3"))
+        "NAME": env_text("AGENTPORTAL_TEST_SQLITE", str(BASE_DIR / "test.sqlite3"))
     }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
     "AGENTPORTAL_PG_PREPARED_STATEMENTS", True
@@ -234,7 +229,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 # Only for collectstatic; the demo and tests serve from the apps through WhiteNoise finders.
-STATIC_ROOT = os.environ.get("DJANGO_STATIC_ROOT") or None
+STATIC_ROOT = env_text("DJANGO_STATIC_ROOT", "") or None
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -243,10 +238,8 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-EMAIL_BACKEND = os.environ.get(
-    "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
-)
-DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "agentportal@localhost")
+EMAIL_BACKEND = env_text("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_text("DJANGO_DEFAULT_FROM_EMAIL", "agentportal@localhost")
 EMAIL_TIMEOUT = 10
 
 REST_FRAMEWORK = {
@@ -313,11 +306,12 @@ if BROKER_URL:
 # approvals.conf); the code reads settings.AGENTPORTAL, which tests may override.
 AGENTPORTAL = {
     **portal_settings(),
-    **runs_settings(task_timeout=Q_CLUSTER["timeout"]),
+    **runs_settings(task_timeout=Q_CLUSTER["timeout"], task_retry=Q_CLUSTER["retry"]),
     **approvals_settings(),
 }
 
 LOG_FORMAT = env_choice("AGENTPORTAL_LOG_FORMAT", "plain", ("plain", "json"))
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -328,10 +322,13 @@ LOGGING = {
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("AGENTPORTAL_LOG_LEVEL", "INFO")},
+    "root": {
+        "handlers": ["console"],
+        "level": env_choice("AGENTPORTAL_LOG_LEVEL", "INFO", LOG_LEVELS),
+    },
     "loggers": {
         "django.server": {"level": "WARNING"},
-        "django-q": {"level": os.environ.get("AGENTPORTAL_Q_LOG_LEVEL", "WARNING")},
+        "django-q": {"level": env_choice("AGENTPORTAL_Q_LOG_LEVEL", "WARNING", LOG_LEVELS)},
         # The HTTP client logs every model call at INFO: a line per call, hundreds a second.
         # The runtime records each call as a ModelAttempt instead.
         "httpx2": {"level": "WARNING"},

@@ -38,11 +38,13 @@ class RunsSettings(TypedDict):
     MAX_OPEN_CONVERSATIONS_PER_CUSTOMER: int
     MAX_QUEUED_MESSAGES_PER_CUSTOMER: int
     MAX_EVENT_STREAMS_PER_KEY: int
+    LISTEN_DATABASE_URL: str
 
 
-def runs_settings(*, task_timeout: float) -> RunsSettings:
+def runs_settings(*, task_timeout: float, task_retry: float) -> RunsSettings:
     """The runtime's settings (DESIGN section 9; a merchant's release may narrow the limits).
-    `task_timeout`: django-q2's, which a tick must stay inside."""
+    `task_timeout` and `task_retry`: django-q2's; a tick stays inside the one, which stays
+    inside the other."""
     # Runs one worker process holds at once; their steps are committed together in rounds, and
     # their model calls wait on one event loop without a thread each.
     in_flight = env_count("AGENTPORTAL_WORKER_IN_FLIGHT", 256)
@@ -88,14 +90,28 @@ def runs_settings(*, task_timeout: float) -> RunsSettings:
         MAX_OPEN_CONVERSATIONS_PER_CUSTOMER=env_count("AGENTPORTAL_MAX_OPEN_CONVERSATIONS", 10),
         MAX_QUEUED_MESSAGES_PER_CUSTOMER=env_count("AGENTPORTAL_MAX_QUEUED_MESSAGES", 20),
         MAX_EVENT_STREAMS_PER_KEY=env_count("AGENTPORTAL_MAX_EVENT_STREAMS_PER_KEY", 4),
+        # Where a web process listens for the answers being written (runs.delta_channels):
+        # the database itself, never a pooler in transaction mode. "": the database's own.
+        LISTEN_DATABASE_URL=env_text("AGENTPORTAL_LISTEN_DATABASE_URL", ""),
     )
-    _tick_fits(found, task_timeout=task_timeout)
+    _tick_fits(found, task_timeout=task_timeout, task_retry=task_retry)
     return found
 
 
-def _tick_fits(found: RunsSettings, *, task_timeout: float) -> None:
+def _tick_fits(found: RunsSettings, *, task_timeout: float, task_retry: float) -> None:
     """A tick claims within its budget and its slices end by it; a step still in flight then
-    may take a tool's whole timeout, and all of it must end before django-q2 stops the task."""
+    may take a tool's whole timeout, and all of it must end before django-q2 stops the task,
+    which happens before the broker would hand the same task out again (DESIGN section 2)."""
+    if task_timeout >= task_retry:
+        raise ImproperlyConfigured(
+            f"The worker task's timeout ({task_timeout:g} s) must stay under its retry"
+            f" ({task_retry:g} s): the broker would hand a task still running out again."
+        )
+    if found["SLICE_SECONDS"] >= task_timeout:
+        raise ImproperlyConfigured(
+            f"AGENTPORTAL_SLICE_SECONDS ({found['SLICE_SECONDS']:g}) must stay under the worker"
+            f" task's timeout ({task_timeout:g} s): a slice ends before its task is stopped."
+        )
     claim, budget = found["TICK_CLAIM_SECONDS"], found["TICK_BUDGET_SECONDS"]
     if claim > budget:
         raise ImproperlyConfigured(

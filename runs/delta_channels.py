@@ -45,7 +45,7 @@ class PostgresChannel:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _conninfo(self) -> dict[str, Any]:
-        url = os.environ.get("AGENTPORTAL_LISTEN_DATABASE_URL", "")
+        url = settings.AGENTPORTAL["LISTEN_DATABASE_URL"]
         if url:
             return {"conninfo": url}
         params = connection.settings_dict

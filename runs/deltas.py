@@ -15,12 +15,12 @@ The channels that carry them, one per deployment, are in runs.delta_channels.
 import asyncio
 import logging
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from runs.delta_channels import FORGET_SECONDS, channel
+from runs.live_hub import Subscriptions, loop_hub
 
 logger = logging.getLogger(__name__)
 
@@ -92,33 +92,26 @@ class Answer:
     heard_at: float = field(default_factory=time.monotonic)
 
 
-class DeltaHub:
+class DeltaHub(Subscriptions[str, Callable[[dict[str, Any]], None]]):
     """What the web process hears of answers in progress, and who watches which run. One per
-    event loop; its listening task starts with the first watcher."""
+    event loop; its task listens on the channel (runs.delta_channels) from the first watcher
+    on, for as long as anyone watches (a broadcast channel, for good)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.answers: dict[str, Answer] = {}
         self.ended: dict[str, float] = {}
-        self.watchers: dict[str, set[Callable[[dict[str, Any]], None]]] = {}
-        self.listener: asyncio.Task | None = None
 
     def watch(self, run_id, callback: Callable[[dict[str, Any]], None]) -> Answer | None:
         """Call `callback` with each message about the run from now on; returns what the run
         has written so far of the answer in progress, if any."""
         run = str(run_id)
-        self.watchers.setdefault(run, set()).add(callback)
-        if self.listener is None or self.listener.done():
-            self.listener = asyncio.get_running_loop().create_task(self._listen())
+        self.join(run, callback)
         answer = self.answers.get(run)
         return Answer(answer.gen, answer.text, answer.seq) if answer else None
 
     def unwatch(self, run_id, callback) -> None:
-        run = str(run_id)
-        watching = self.watchers.get(run)
-        if watching is not None:
-            watching.discard(callback)
-            if not watching:
-                del self.watchers[run]
+        self.leave(str(run_id), callback)
 
     def hear(self, message: dict[str, Any]) -> None:
         run = message.get("run", "")
@@ -137,7 +130,7 @@ class DeltaHub:
                 return
             answer.text += message["text"]
             answer.seq, answer.heard_at = message["seq"], time.monotonic()
-        for callback in list(self.watchers.get(run, ())):
+        for callback in list(self.subscribers.get(run, ())):
             callback(message)
         self._forget_old()
 
@@ -148,28 +141,21 @@ class DeltaHub:
         for run in [run for run, at in self.ended.items() if at < limit]:
             del self.ended[run]
 
-    async def _listen(self) -> None:
+    async def _serve(self) -> None:
         source = channel()
         while True:
             try:
-                async for message in source.listen(lambda: set(self.watchers)):
+                async for message in source.listen(lambda: set(self.subscribers)):
                     self.hear(message)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.warning("the delta channel failed; listening again", exc_info=True)
                 await asyncio.sleep(1.0)
-            if not source.broadcast and not self.watchers:
+            if not source.broadcast and not self.subscribers:
                 return
 
 
-_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DeltaHub]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def delta_hub() -> DeltaHub:
-    loop = asyncio.get_running_loop()
-    if loop not in _hubs:
-        _hubs[loop] = DeltaHub()
-    return _hubs[loop]
+    """The running event loop's delta hub."""
+    return loop_hub("deltas", DeltaHub)

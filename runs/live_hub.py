@@ -40,8 +40,12 @@ def sse_retry(milliseconds: int) -> str:
 
 
 def sse_event(event: str, data: str, *, event_id: int | None = None) -> str:
+    """One server-sent event; a line break in `data` goes as a data line of its own."""
     said = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{said}event: {event}\ndata: {data}\n\n"
+    if "\n" not in data and "\r" not in data:
+        return f"{said}event: {event}\ndata: {data}\n\n"
+    lines = data.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return f"{said}event: {event}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
 
 
 class Subscriber(Protocol):
@@ -49,10 +53,37 @@ class Subscriber(Protocol):
 
 
 Key = TypeVar("Key", bound=Hashable)
+Item = TypeVar("Item", bound=Hashable)
 S = TypeVar("S", bound=Subscriber)
 
 
-class PollingHub(Generic[Key, S]):
+class Subscriptions(Generic[Key, Item]):
+    """Who on one event loop watches what, by key, and the one task that serves them all
+    (`_serve`): started when a subscriber joins and none runs, ending when it sees nobody
+    left. The polling hub below and the delta hub (runs.deltas) are made of it."""
+
+    def __init__(self) -> None:
+        self.subscribers: dict[Key, set[Item]] = {}
+        self.task: asyncio.Task | None = None
+
+    def join(self, key: Key, subscriber: Item) -> Item:
+        self.subscribers.setdefault(key, set()).add(subscriber)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._serve())
+        return subscriber
+
+    def leave(self, key: Key, subscriber: Item) -> None:
+        watching = self.subscribers.get(key)
+        if watching is not None:
+            watching.discard(subscriber)
+            if not watching:
+                del self.subscribers[key]
+
+    async def _serve(self) -> None:
+        raise NotImplementedError
+
+
+class PollingHub(Subscriptions[Key, S]):
     """The streams of one event loop, by key, and the one task that reads for them: at once
     when a stream joins, then every `every` seconds (at least `gap` apart, so that streams
     opened together are answered by one read); the task ends when the last stream leaves.
@@ -70,10 +101,9 @@ class PollingHub(Generic[Key, S]):
         gap: float = 0.0,
         name: str,
     ) -> None:
+        super().__init__()
         self.read, self.every, self.gap, self.name = read, every, gap, name
-        self.subscribers: dict[Key, set[S]] = {}
         self.wake = asyncio.Event()
-        self.reader: asyncio.Task | None = None
         self.failing = False
         self.reads = 0
         # The number of the read under way, and of the last one whose news was delivered: a
@@ -83,18 +113,8 @@ class PollingHub(Generic[Key, S]):
         self.read_delivered = 0
 
     def join(self, key: Key, subscriber: S) -> S:
-        self.subscribers.setdefault(key, set()).add(subscriber)
         self.wake.set()
-        if self.reader is None or self.reader.done():
-            self.reader = asyncio.get_running_loop().create_task(self._read_while_watched())
-        return subscriber
-
-    def leave(self, key: Key, subscriber: S) -> None:
-        watching = self.subscribers.get(key)
-        if watching is not None:
-            watching.discard(subscriber)
-            if not watching:
-                del self.subscribers[key]
+        return super().join(key, subscriber)
 
     def _read_closing(self, watched: dict[Key, set[S]]) -> dict[Key, Any]:
         try:
@@ -102,7 +122,7 @@ class PollingHub(Generic[Key, S]):
         finally:
             connection.close()
 
-    async def _read_while_watched(self) -> None:
+    async def _serve(self) -> None:
         read = sync_to_async(self._read_closing, thread_sensitive=False)
         while self.subscribers:
             self.wake.clear()
@@ -129,12 +149,14 @@ class PollingHub(Generic[Key, S]):
                 await asyncio.wait_for(self.wake.wait(), self.every - self.gap)
 
 
-_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, PollingHub]]" = (
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Subscriptions]]" = (
     weakref.WeakKeyDictionary()
 )
 
+Hub = TypeVar("Hub", bound=Subscriptions)
 
-def loop_hub(name: str, make: Callable[[], PollingHub]) -> PollingHub:
+
+def loop_hub(name: str, make: Callable[[], Hub]) -> Hub:
     """The running event loop's hub called `name`, made by `make` the first time."""
     hubs = _hubs.setdefault(asyncio.get_running_loop(), {})
     if name not in hubs:

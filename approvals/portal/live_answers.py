@@ -16,6 +16,7 @@ from typing import Any
 from django.utils.html import escape
 
 from runs.deltas import DeltaHub, delta_hub
+from runs.live_hub import sse_event
 
 EVENT = "delta"
 
@@ -42,9 +43,7 @@ def more_html(message_pk: int, text: str) -> str:
 
 
 def event(html: str) -> str:
-    """An SSE event; a line break in the text goes as a line of its own."""
-    lines = html.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return f"event: {EVENT}\n" + "".join(f"data: {line}\n" for line in lines) + "\n"
+    return sse_event(EVENT, html)
 
 
 class AnswerFollower:

@@ -84,6 +84,18 @@ def test_unset_variables_take_their_defaults(monkeypatch):
             " must stay under the worker task's timeout (150 s): a step in flight when the"
             " budget ends must finish before the task is stopped.",
         ),
+        (
+            "AGENTPORTAL_SLICE_SECONDS",
+            "150",
+            "AGENTPORTAL_SLICE_SECONDS (150) must stay under the worker task's timeout (150 s):"
+            " a slice ends before its task is stopped.",
+        ),
+        (
+            "AGENTPORTAL_LOG_LEVEL",
+            "loud",
+            "AGENTPORTAL_LOG_LEVEL must be DEBUG or INFO or WARNING or ERROR or CRITICAL,"
+            " not 'loud'.",
+        ),
     ],
 )
 def test_the_product_refuses_to_start_with_a_setting_that_does_not_fit(variable, raw, sentence):

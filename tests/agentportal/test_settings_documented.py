@@ -7,6 +7,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from agentportal import env
+
 ROOT = Path(settings.BASE_DIR)
 PACKAGES = ("agentportal", "runs", "approvals")
 NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -80,3 +82,44 @@ def test_every_environment_variable_the_product_reads_is_in_the_readme():
         name: where for name, where in read.items() if not re.search(rf"`{name}(=[^`]*)?`", readme)
     }
     assert not missing, f"read by the product but not in the README: {missing}"
+
+
+def _readme_table() -> set[str]:
+    """The variables of the README's table (Environment variables), one a row."""
+    section = (ROOT / "README.md").read_text().split("### Environment variables", 1)[1]
+    return set(re.findall(r"^\| `([A-Z][A-Z0-9_]*)` \|", section.split("\n## ", 1)[0], re.M))
+
+
+def test_the_readmes_table_lists_exactly_what_the_product_reads():
+    # given every variable a module of the product reads
+    read = set()
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            read |= variables_read(path.read_text())
+
+    # then the table has a row for each, and none for a variable nothing reads any more
+    table = _readme_table()
+    assert sorted(read - table) == []
+    assert sorted(table - read) == []
+
+
+def test_each_app_reads_its_own_settings_once_in_its_conf():
+    # given the variables read while the settings loaded, each with the module that read it
+    read_by = dict(env.READ)
+
+    # then Django's own are read by the settings and the apps' by their conf modules
+    readers = set(read_by.values())
+    assert readers <= {"agentportal.settings", "agentportal.conf", "runs.conf", "approvals.conf"}
+    assert read_by["AGENTPORTAL_API_RATE"] == "agentportal.conf"
+    assert read_by["AGENTPORTAL_WORKER_IN_FLIGHT"] == "runs.conf"
+    assert read_by["AGENTPORTAL_STOCK_LATENCY_SECONDS"] == "approvals.conf"
+    assert read_by["DJANGO_ALLOWED_HOSTS"] == "agentportal.settings"
+    # and nothing else in an app reads one of them from the environment again
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            # (the side-by-side script runs before Django, for the processes it starts)
+            if module in readers or module in ("agentportal.env", "approvals.bench.side_by_side"):
+                continue
+            again = variables_read(path.read_text()) & set(read_by)
+            assert not again, f"{module} reads {sorted(again)} again"

@@ -60,7 +60,8 @@ class ChatStream:
     async def following(self, run_id) -> None:
         """Until the stream follows the run at the hub (its first read is done)."""
         await wait_for_async(
-            lambda: str(run_id) in delta_hub().watchers, message="the stream never followed the run"
+            lambda: str(run_id) in delta_hub().subscribers,
+            message="the stream never followed the run",
         )
 
     async def took_all(self) -> None:

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection
 
-from runs import conversations, deltas, worker
+from runs import conversations, live_hub, worker
 from runs.models import AgentRun, Conversation, ConversationMessage, RunStatus
 from tests.browser.accessibility import serious_violations
 from tests.browser.conftest import screenshot
@@ -77,8 +77,8 @@ def _passes_nothing_more_of(run: AgentRun) -> bool:
     """No page of the live server can get more of the run's text: its delta hub heard the run
     end (and drops what comes after), or no page follows the run any more."""
     run_id = str(run.pk)
-    hubs = list(deltas._hubs.values())
-    return all(run_id in hub.ended or run_id not in hub.watchers for hub in hubs)
+    hubs = [named["deltas"] for named in live_hub._hubs.values() if "deltas" in named]
+    return all(run_id in hub.ended or run_id not in hub.subscribers for hub in hubs)
 
 
 def _color(page, selector: str) -> str:

@@ -36,7 +36,7 @@ def hub_hearing(run: str, action, *, until, timeout: float = 10.0) -> tuple[list
             # and hears nothing more of the run after what was published until now
             await heard_so_far(hub)
         finally:
-            hub.listener.cancel()
+            hub.task.cancel()
         return heard, hub.answers.get(run)
 
     return run_coroutine(scenario())

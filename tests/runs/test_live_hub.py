@@ -35,7 +35,7 @@ def test_streams_joining_together_are_answered_by_one_read_with_their_own_news()
         for stream, key in ((first, "a"), (second, "a"), (other, "b")):
             hub.leave(key, stream)
         hub.wake.set()
-        await asyncio.wait_for(hub.reader, 5)
+        await asyncio.wait_for(hub.task, 5)
         return first.told, second.told, other.told, hub.reads
 
     first, second, other, count = run_coroutine(scenario())
@@ -59,7 +59,7 @@ def test_a_failing_read_is_survived_and_the_next_one_delivers():
         await asyncio.wait_for(stream.heard.wait(), 5)
         failing_after = hub.failing
         hub.leave("a", stream)
-        await asyncio.wait_for(hub.reader, 5)
+        await asyncio.wait_for(hub.task, 5)
         return stream.told, hub.reads, failing_after
 
     told, count, failing = run_coroutine(scenario())

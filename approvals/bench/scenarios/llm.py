@@ -23,7 +23,6 @@ then arrive at R a second, round the shops, as customers' messages would: below 
 allow, queued -> done is then what a customer waits.
 """
 
-import os
 import threading
 import time
 
@@ -74,8 +73,8 @@ def _throughput(bench: Bench) -> dict:
     merchants = [shop.merchant for shop in bench_shops]
 
     stub = None
-    if settings.AGENTPORTAL["MODEL"] == "openai" and os.environ.get("OPENAI_BASE_URL"):
-        base_url = os.environ["OPENAI_BASE_URL"]
+    if settings.AGENTPORTAL["MODEL"] == "openai":
+        base_url = settings.AGENTPORTAL["OPENAI_BASE_URL"]
     else:
         stub = ModelStub(latency=latency, text_only=one_call).start()
         base_url = stub.base_url

@@ -1,6 +1,5 @@
 """The demo data of API.md (Operations). Running it again changes nothing."""
 
-import os
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -8,6 +7,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from agentportal.env import env_text
 from agentportal.models import Membership, Merchant, Role
 from approvals.models import Order, OrderStatus, StockLevel
 from runs.models import AgentRelease
@@ -105,7 +105,7 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, **options):
-        password = os.environ.get("DEMO_PASSWORD", "demo")
+        password = env_text("DEMO_PASSWORD", "demo")
         created = 0
         admin, made = User.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True}

@@ -5,10 +5,11 @@ whose run asked for the call; a shop's service keys together give at most one, a
 one that completes a count of two or more. The same rules are counted again just before the
 call executes, with everyone's role as it is then."""
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
+from django.db.models import Q
 
 from agentportal import errors
-from agentportal.models import ApiKey
+from agentportal.models import ApiKey, Role
 from agentportal.principals import Principal
 from agentportal.selectors import supervisor_memberships
 from approvals.gate import policies
@@ -16,6 +17,7 @@ from approvals.gate.policies import CallRequirement
 from approvals.models import Approval, ApprovalVote
 from approvals.selectors import approver_group_members
 
+DECIDING_ROLES = [Role.SUPERVISOR, Role.OPERATOR]
 REQUESTER = "You started this run, so its calls need someone else's approval."
 
 
@@ -81,12 +83,37 @@ def approval_count_locked(
 def _counted(
     approval: Approval, votes: list[ApprovalVote], *, requester_id: int, need: CallRequirement
 ) -> list[ApprovalVote]:
-    """The votes that count towards `need`: not the requester's, and of the band's group."""
+    """The votes that count towards `need` now: of people who still decide calls of the shop
+    (or service keys still valid), not the requester's, and of the band's group."""
     votes = [vote for vote in votes if vote.user_id is None or vote.user_id != requester_id]
-    if not need.group:
-        return votes
-    members = _group_members(approval, need.group, [vote.user_id for vote in votes if vote.user_id])
-    return [vote for vote in votes if vote.user_id in members]
+    people = [vote.user_id for vote in votes if vote.user_id]
+    deciding = _still_deciding(approval, people)
+    if need.group:
+        deciding &= _group_members(approval, need.group, people)
+    return [vote for vote in votes if _counts(approval, vote, deciding)]
+
+
+def _counts(approval: Approval, vote: ApprovalVote, deciding: set[int]) -> bool:
+    if vote.user_id:
+        return vote.user_id in deciding
+    return decider_still_allowed(merchant=approval.merchant, user=None, api_key_id=vote.api_key_id)
+
+
+def _still_deciding(approval: Approval, user_ids: list[int]) -> set[int]:
+    """Which of these users decide calls of the call's shop now: active, and a supervisor or
+    operator of the shop (or a superuser)."""
+    return set(
+        User.objects.filter(pk__in=user_ids, is_active=True)
+        .filter(
+            Q(is_superuser=True)
+            | Q(
+                memberships__merchant_id=approval.merchant_id,
+                memberships__active=True,
+                memberships__role__in=DECIDING_ROLES,
+            )
+        )
+        .values_list("pk", flat=True)
+    )
 
 
 def _group_members(approval: Approval, group: str, user_ids: list[int]) -> set[int]:
@@ -132,11 +159,5 @@ def quorum_holds(approval: Approval, *, requester_id: int) -> bool:
         arguments=approval.approved_args or {},
         now=approval.updated_at,
     )
-    counted = [
-        vote
-        for vote in _counted(approval, votes, requester_id=requester_id, need=need)
-        if decider_still_allowed(
-            merchant=approval.merchant, user=vote.user, api_key_id=vote.api_key_id
-        )
-    ]
+    counted = _counted(approval, votes, requester_id=requester_id, need=need)
     return len({vote.voter for vote in counted}) >= need.required_approvals

@@ -4,7 +4,6 @@ from datetime import UTC
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
-from django.contrib.auth.models import User
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -12,12 +11,13 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from agentportal import errors
-from agentportal.admin import MerchantScopedAdmin, OperatorScopedAdmin, ReadOnlyAdminMixin
+from agentportal.admin import MerchantScopedAdmin, ReadOnlyAdminMixin
 from agentportal.errors import DomainError
-from agentportal.models import Role
 from agentportal.selectors import principal_for_user
+from approvals.audit.admin import DecisionRecordAdmin
 from approvals.gate import assignment, services
 from approvals.gate.policy_admin import ApprovalPolicyAdmin
+from approvals.gate.team_admin import AbsenceAdmin, ApproverGroupAdmin
 from approvals.models import (
     Absence,
     Approval,
@@ -25,6 +25,7 @@ from approvals.models import (
     ApprovalStatus,
     ApproverGroup,
     Decision,
+    DecisionRecord,
     FollowupRequest,
     Order,
     Refund,
@@ -36,6 +37,9 @@ from approvals.portal.approval_views import changed_meanwhile_said
 
 admin.site.register(ApprovalPolicy, ApprovalPolicyAdmin)
 admin.site.register(Ticket, TicketAdmin)
+admin.site.register(Absence, AbsenceAdmin)
+admin.site.register(ApproverGroup, ApproverGroupAdmin)
+admin.site.register(DecisionRecord, DecisionRecordAdmin)
 
 
 @admin.register(Order)
@@ -350,46 +354,6 @@ class ApprovalAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
             else:
                 to = name.strip() or "nobody"
                 self.message_user(request, f"Approval {approval.interrupt_id}: assigned to {to}.")
-
-
-@admin.register(Absence)
-class AbsenceAdmin(ReadOnlyAdminMixin, MerchantScopedAdmin):
-    """Who is away from the shop and who stands in (set on the portal's Away page or over
-    REST, through approvals.gate.delegation); shown here, written there."""
-
-    list_display = ["user", "delegate", "starts_at", "ends_at", "merchant"]
-    list_select_related = ["user", "delegate", "merchant"]
-    list_filter = ["merchant"]
-    date_hierarchy = "starts_at"
-
-
-@admin.register(ApproverGroup)
-class ApproverGroupAdmin(OperatorScopedAdmin):
-    """A shop's approver groups are its operators' to set; members are its supervisors."""
-
-    list_display = ["name", "merchant", "member_names"]
-    list_filter = ["merchant"]
-    filter_horizontal = ["members"]
-
-    @admin.display(description="Members")
-    def member_names(self, group: ApproverGroup) -> str:
-        return ", ".join(member.get_username() for member in group.members.all()) or None
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).prefetch_related("members")
-
-    def formfield_for_manytomany(self, db_field, request, **kwargs):
-        if db_field.name == "members":
-            # One filter call: the role and the shop are of the same membership.
-            of_a_shop = {
-                "memberships__role__in": [Role.SUPERVISOR, Role.OPERATOR],
-                "memberships__active": True,
-            }
-            if not request.user.is_superuser:
-                of_a_shop["memberships__merchant__in"] = self.shops_of(request.user)
-            supervisors = User.objects.filter(**of_a_shop)
-            kwargs["queryset"] = supervisors.distinct()
-        return super().formfield_for_manytomany(db_field, request, **kwargs)
 
 
 @admin.register(FollowupRequest)

@@ -11,6 +11,7 @@ from agentportal.problems import Problem
 from agentportal.schema import ids_from, link, problems
 from approvals import plans, selectors
 from approvals.gate import attention, services
+from approvals.gate.decision_request import DecisionRequest
 from approvals.gate.policies import PolicyRules, policy_tool_names, policy_update
 from approvals.models import Approval, ApprovalStatus, Ticket, TicketStatus
 from approvals.plan_serializers import (
@@ -121,7 +122,7 @@ def _decide(request, run, serializer_class, interrupt_id=None):
     run, approval = services.approval_decide(
         run=run,
         principal=principal,
-        request=services.DecisionRequest(
+        request=DecisionRequest(
             interrupt_id=interrupt_id or data["interrupt_id"],
             decision=data["decision"],
             tool_args=data.get("tool_args"),

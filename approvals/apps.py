@@ -9,6 +9,7 @@ class ApprovalsConfig(AppConfig):
         # The after-sales domain plugs into the generic runtime here; `runs` never imports
         # this app.
         from approvals import interrupts, plans
+        from approvals.audit import chain
         from approvals.gate import escalation, services, timeline_sentences
         from approvals.gate.reviews import call_review_register
         from approvals.notify import outbox
@@ -37,6 +38,7 @@ class ApprovalsConfig(AppConfig):
         extensions.sweep_register("approvals_escalate_due", escalation.approvals_escalate_due)
         extensions.sweep_register("plans_reconcile_due", plans.plans_reconcile_due)
         extensions.sweep_register("deliveries_wake", outbox.deliveries_wake)
+        extensions.sweep_register("records_sealed", chain.records_seal_due)
 
 
 SYSTEM_PROMPT = (

@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from approvals.audit.record import record_append
 from approvals.customer_words import call_name
 from approvals.gate.calls import call_moved, calls_snapshot
 from approvals.models import (
@@ -17,6 +18,7 @@ from approvals.models import (
     BusinessEvent,
     BusinessEventKind,
     CancelCause,
+    RecordKind,
     Ticket,
     TicketStatus,
 )
@@ -73,6 +75,7 @@ def approvals_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str,
         )
         if moved:
             events.append(("approval.cancelled", _cancelled_event(approval, cause)))
+            record_append(approval=approval, kind=RecordKind.CANCELLED, justification=cause)
     if snapshot is not None:
         open_statuses = (CallStatus.PENDING_APPROVAL, CallStatus.APPROVED_EXECUTING)
         calls = [

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from approvals import absence_api, api, assignment_api, backtest_api
+from approvals import absence_api, api, assignment_api, audit_api, backtest_api
 
 urlpatterns = [
     path("runs/<uuid:run_id>/resume", api.RunResumeView.as_view(), name="run-resume"),
@@ -17,6 +17,7 @@ urlpatterns = [
         name="approval-decision",
     ),
     path("absences", absence_api.AbsencesView.as_view(), name="absences"),
+    path("audit", audit_api.AuditView.as_view(), name="audit"),
     path("groups", assignment_api.ApproverGroupsView.as_view(), name="groups"),
     # A group's name, as its column holds it: 1 to 64 characters, no slash.
     re_path(

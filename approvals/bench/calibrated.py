@@ -16,6 +16,7 @@ from agentportal.principals import Principal
 from approvals.bench.context import Bench
 from approvals.bench.shop import BENCH_SUPERVISOR, BenchShop, bench_shop
 from approvals.gate import services as approval_services
+from approvals.gate.decision_request import DecisionRequest
 from approvals.gate.policies import PolicyRules, policy_update
 from approvals.models import Approval
 from runs import worker
@@ -133,7 +134,5 @@ def approvals_approve(merchant: Merchant) -> None:
         approval_services.approval_decide(
             run=approval.run,
             principal=principal,
-            request=approval_services.DecisionRequest(
-                interrupt_id=approval.interrupt_id, decision="approve"
-            ),
+            request=DecisionRequest(interrupt_id=approval.interrupt_id, decision="approve"),
         )

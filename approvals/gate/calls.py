@@ -17,9 +17,17 @@ from pydantic import BaseModel, ValidationError
 from agentportal import errors
 from agentportal.problems import pydantic_errors
 from approvals import locks
+from approvals.audit.record import AGENT, policy_actor, record_append, record_entry
 from approvals.gate import escalation, policies
 from approvals.gate.quorum import quorum_holds
-from approvals.models import Approval, ApprovalStatus, Decision, args_digest
+from approvals.models import (
+    Approval,
+    ApprovalStatus,
+    Decision,
+    DecisionRecord,
+    RecordKind,
+    args_digest,
+)
 from approvals.notify import notifications
 from runs import services as run_services
 from runs.locks import run_lock
@@ -150,14 +158,27 @@ def _pause(*, run: AgentRun, tool: Tool, args: BaseModel, key: str):
     waiting = any(call.status == CallStatus.PENDING_APPROVAL for call in calls)
 
     def record(locked_run: AgentRun) -> None:
+        entries = []
         for fields in records:
             approval = Approval.objects.create(
                 run_id=locked_run.pk, merchant_id=locked_run.merchant_id, **fields
             )
+            entries.append(record_entry(approval=approval, kind=RecordKind.REQUESTED, actor=AGENT))
+            if approval.decided_by_policy:
+                entries.append(
+                    record_entry(
+                        approval=approval,
+                        kind=RecordKind.POLICY_APPROVED,
+                        actor=policy_actor(approval),
+                    )
+                )
             if approval.status == ApprovalStatus.PENDING_APPROVAL:
                 notifications.approval_requested_notify(approval=approval)
                 if approval.escalate_at is not None:
                     escalation.approval_escalation_schedule(approval=approval)
+        # The record of the turn's calls in one statement: this runs in the transaction that
+        # pauses the run.
+        DecisionRecord.objects.bulk_create(entries)
 
     run_fields: dict[str, Any] = {"state_snapshot": calls_snapshot(run, calls)}
     if waiting:
@@ -324,6 +345,13 @@ def approval_execute(
             raise transaction.TransactionManagementError("approval changed under its lock")
         if outcome == ApprovalStatus.FAILED and not approval.decided_by_policy:
             notifications.approval_decided_notify(approval_id=approval.pk)
+        record_append(
+            approval=approval,
+            kind=RecordKind.EXECUTED if status == ToolStatus.SUCCEEDED else RecordKind.REFUSED,
+            arguments=executed_args,
+            via="worker",
+            justification=result.get("error", "") if status == ToolStatus.FAILED else "",
+        )
         run_services.tool_execution_record_locked(
             run,
             step=step,

@@ -11,6 +11,7 @@ from django.utils import timezone
 from agentportal import errors
 from agentportal.selectors import principal_for_user
 from approvals.gate import services
+from approvals.gate.decision_request import DecisionRequest
 from approvals.gate.quorum import approve_refusal
 from approvals.models import Approval, ApprovalStatus, Decision, DecisionLink
 from runs.models import AgentRun
@@ -120,7 +121,7 @@ def decision_link_decide(*, link: DecisionLink, reason: str = "") -> tuple[Agent
     return services.approval_decide(
         run=link.approval.run,
         principal=principal,
-        request=services.DecisionRequest(
+        request=DecisionRequest(
             interrupt_id=link.approval.interrupt_id,
             decision=link.decision,
             reason=reason,

@@ -10,7 +10,8 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from approvals import locks
-from approvals.models import Approval, ApprovalStatus
+from approvals.audit.record import record_append
+from approvals.models import Approval, ApprovalStatus, RecordKind
 from approvals.notify import notifications
 from runs import services as run_services
 from runs.locks import run_lock
@@ -69,6 +70,12 @@ def approval_escalate(*, interrupt_id: str) -> bool:
             ],
         )
         notifications.approval_escalated_notify(approval=locked)
+        waited = int((now - locked.created_at).total_seconds())
+        record_append(
+            approval=locked,
+            kind=RecordKind.ESCALATED,
+            justification=f"undecided for {waited} s",
+        )
     logger.info("escalated %s after it waited since %s", interrupt_id, locked.created_at)
     return True
 

@@ -12,7 +12,6 @@ change in the same transaction and never disagree.
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -23,11 +22,19 @@ from agentportal.principals import Principal
 from agentportal.problems import iso_z
 from agentportal.selectors import principal_for_user
 from approvals import locks
+from approvals.audit.record import record_append
 from approvals.gate import policies
-from approvals.gate.calls import call_moved, call_replaced, tool_args_validate
+from approvals.gate.calls import call_moved, call_replaced
+from approvals.gate.decision_request import DecisionRequest, decision_validate
 from approvals.gate.quorum import approval_count_locked, voter_of
-from approvals.gate.reviews import call_review
-from approvals.models import Approval, ApprovalStatus, ApprovalVote, Decision, args_digest
+from approvals.models import (
+    Approval,
+    ApprovalStatus,
+    ApprovalVote,
+    Decision,
+    RecordKind,
+    args_digest,
+)
 from approvals.notify import notifications
 from runs import services as run_services
 from runs.locks import run_lock
@@ -41,58 +48,10 @@ from runs.snapshot import (
     snapshot_call,
     snapshot_parse,
 )
-from runs.tools import TOOLS
 
 logger = logging.getLogger(__name__)
 
 Snapshot = StateSnapshot | CompositeSnapshot
-
-
-@dataclass(frozen=True)
-class DecisionRequest:
-    interrupt_id: str
-    decision: str
-    tool_args: dict[str, Any] | None = None
-    reason: str = ""
-    # The digest of the arguments the decider saw (pages always send it).
-    args_digest: str | None = None
-    # Where the decision was made, for the record: api, page, admin or email_link.
-    via: str = "api"
-
-
-def decision_validate(*, approval: Approval | None, request: DecisionRequest) -> dict | None:
-    """The body checks (400) that come before the lock: a reason to reject, revised arguments
-    that fit the tool. Returns the normalised revised arguments."""
-    if request.decision not in Decision.values:
-        raise errors.InvalidInput(
-            "Unknown decision.",
-            errors=[{"field": "decision", "message": "approve, reject or revise"}],
-        )
-    if request.decision == Decision.REJECT and not request.reason.strip():
-        raise errors.InvalidInput(
-            "A rejection needs a reason; the agent tells the customer.",
-            errors=[{"field": "reason", "message": "required to reject"}],
-        )
-    if request.decision != Decision.REVISE:
-        if request.tool_args is not None:
-            raise errors.InvalidInput(
-                "tool_args go with revise only.",
-                errors=[{"field": "tool_args", "message": "only with decision revise"}],
-            )
-        return None
-    if not isinstance(request.tool_args, dict):
-        raise errors.InvalidInput(
-            "A revision needs the edited tool_args.",
-            errors=[{"field": "tool_args", "message": "an object of the tool's arguments"}],
-        )
-    tool = TOOLS.get(approval.tool_name) if approval else None
-    if tool is None:
-        return request.tool_args
-    revised = tool_args_validate(tool, request.tool_args)
-    check = call_review(approval.tool_name).revision_check
-    if check is not None:
-        check(approval, revised)
-    return revised
 
 
 def approval_decide(
@@ -198,6 +157,14 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
     never less than one person: a revision is never approved by the policy alone.
     """
     if request.decision == Decision.REJECT:
+        record_append(
+            approval=approval,
+            kind=RecordKind.REJECTED,
+            principal=principal,
+            seen_digest=request.args_digest,
+            via=request.via,
+            justification=request.reason,
+        )
         _settle_locked(run, snapshot, approval, principal, request, None)
         return
     _refuse_unless_seen(approval, request)
@@ -213,6 +180,15 @@ def _decide_locked(run, snapshot, approval, principal, request, revised) -> None
         principal=principal,
         need=need,
         digest=digest,
+    )
+    record_append(
+        approval=approval,
+        kind=RecordKind.REVISED if request.decision == Decision.REVISE else RecordKind.APPROVED,
+        arguments=arguments,
+        principal=principal,
+        seen_digest=request.args_digest,
+        via=request.via,
+        justification=request.reason,
     )
     ApprovalVote.objects.create(
         approval=approval,
@@ -348,6 +324,7 @@ def _expire_locked(run: AgentRun, snapshot: Snapshot, approval: Approval) -> Non
     if moved != 1:
         raise transaction.TransactionManagementError("approval changed under its lock")
     notifications.approval_decided_notify(approval_id=approval.pk)
+    record_append(approval=approval, kind=RecordKind.EXPIRED)
     call = call_moved(snapshot_call(snapshot, approval.interrupt_id), CallStatus.EXPIRED)
     _call_final_locked(
         run, snapshot, call, ("approval.expired", {"interrupt_id": approval.interrupt_id})

@@ -1,6 +1,7 @@
 """The after-sales app's data, one module per concern; every model is registered here, where
 Django looks for an app's models."""
 
+from approvals.models.audit import ActorKind, DecisionRecord, RecordChain, RecordKind
 from approvals.models.gate import (
     Approval,
     ApprovalPolicy,
@@ -40,6 +41,7 @@ from approvals.models.teams import Absence, ApproverGroup
 __all__ = [
     "TICKET_OPEN_STATUSES",
     "Absence",
+    "ActorKind",
     "Approval",
     "ApprovalPolicy",
     "ApprovalPolicyVersion",
@@ -52,6 +54,7 @@ __all__ = [
     "Confirmation",
     "Decision",
     "DecisionLink",
+    "DecisionRecord",
     "Delivery",
     "DeliveryStatus",
     "FollowupRequest",
@@ -60,6 +63,8 @@ __all__ = [
     "PlanDecision",
     "PlanReview",
     "Proposal",
+    "RecordChain",
+    "RecordKind",
     "Refund",
     "StockLevel",
     "Ticket",

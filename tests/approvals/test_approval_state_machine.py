@@ -37,8 +37,9 @@ from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
 from agentportal.services import api_key_create
+from approvals.gate.decision_request import DecisionRequest
 from approvals.gate.policies import call_requirement
-from approvals.gate.services import DecisionRequest, approval_decide, approvals_expire_due
+from approvals.gate.services import approval_decide, approvals_expire_due
 from approvals.models import (
     Approval,
     ApprovalStatus,

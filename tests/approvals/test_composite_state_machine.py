@@ -21,7 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from agentportal.errors import DomainError
 from agentportal.models import Merchant
 from agentportal.principals import Principal
-from approvals.gate.services import DecisionRequest, approval_decide, approvals_expire_due
+from approvals.gate.decision_request import DecisionRequest
+from approvals.gate.services import approval_decide, approvals_expire_due
 from approvals.models import Approval, ApprovalStatus, Refund
 from runs import worker
 from runs.models import ACTIVE_STATUSES, FINISHED_STATUSES, AgentRun, RunEvent, RunStatus

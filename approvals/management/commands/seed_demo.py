@@ -3,11 +3,11 @@
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from agentportal.env import env_text
 from agentportal.models import Membership, Merchant, Role
 from approvals.models import Order, OrderStatus, StockLevel
 from runs.models import AgentRelease
@@ -105,7 +105,7 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, **options):
-        password = env_text("DEMO_PASSWORD", "demo")
+        password = settings.AGENTPORTAL["DEMO_PASSWORD"]
         created = 0
         admin, made = User.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True}

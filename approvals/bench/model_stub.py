@@ -36,7 +36,8 @@ class ModelStub:
         # Seconds from each streamed answer's start to its first word being sent.
         self.first_words: list[float] = []
         self.throttled = 0
-        self.throttle_until = 0.0
+        self.throttle_seconds = 0.0
+        self.throttle_until: float | None = None
         self.throttle_retry_after = 1
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -55,9 +56,16 @@ class ModelStub:
         return f"http://127.0.0.1:{port}/v1"
 
     def throttle(self, *, seconds: float, retry_after: int = 1) -> None:
-        """Answer 429 with Retry-After for the next `seconds`."""
+        """Answer 429 with Retry-After for `seconds` from the next call on (from the call, not
+        from now: a cluster that is slow to start still meets the refusals)."""
         self.throttle_retry_after = retry_after
-        self.throttle_until = time.monotonic() + seconds
+        self.throttle_seconds, self.throttle_until = seconds, None
+
+    def _throttling(self) -> bool:
+        now = time.monotonic()
+        if self.throttle_until is None and self.throttle_seconds:
+            self.throttle_until = now + self.throttle_seconds
+        return self.throttle_until is not None and now < self.throttle_until
 
     def stop(self) -> None:
         async def close() -> None:
@@ -96,7 +104,7 @@ class ModelStub:
     async def _answer(self, path: str, body: dict[str, Any]):
         if path != "/v1/chat/completions":
             return 404, {"error": {"message": "not found"}}, {}
-        if time.monotonic() < self.throttle_until:
+        if self._throttling():
             self.throttled += 1
             retry = {"Retry-After": str(self.throttle_retry_after)}
             return 429, {"error": {"message": "slow down", "type": "rate_limit"}}, retry
@@ -112,7 +120,7 @@ class ModelStub:
     async def _stream(self, writer: asyncio.StreamWriter, body: dict[str, Any]) -> bool:
         """Answer with chunks (HTTP chunked encoding); False when throttled (the connection
         is then closed after the 429)."""
-        if time.monotonic() < self.throttle_until:
+        if self._throttling():
             self.throttled += 1
             data = json.dumps({"error": {"message": "slow down", "type": "rate_limit"}}).encode()
             writer.write(

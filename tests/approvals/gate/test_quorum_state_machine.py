@@ -60,7 +60,7 @@ BANDS = st.sampled_from([2, 1, 3, 0]).flatmap(
 )
 MEMBERS = st.sets(st.sampled_from(SUPERVISORS), max_size=4)
 REFUND_ARGS = TOOLS["issue_refund"].args_model
-MAX_EXAMPLES = int(os.environ.get("AGENTPORTAL_MACHINE_EXAMPLES", "40"))
+MAX_EXAMPLES = int(os.environ.get("AGENTPORTAL_QUORUM_MACHINE_EXAMPLES", "40"))
 # A call's statuses, as the model knows them: revoked is a call cancelled by its run's failure.
 PENDING, SETTLED = ApprovalStatus.PENDING_APPROVAL, ApprovalStatus.APPROVED_EXECUTING
 REJECTED, EXECUTED = ApprovalStatus.REJECTED, ApprovalStatus.EXECUTED

@@ -97,7 +97,8 @@ def test_the_api_does_what_its_schema_says(username, demo, web_server):
         base,
         key,
         phases="examples,coverage,fuzzing",
-        max_examples=25,
+        # (CI's PostgreSQL pass asks for fewer: the schema is the same on both databases)
+        max_examples=int(os.environ.get("AGENTPORTAL_SCHEMATHESIS_EXAMPLES", "25")),
         report=f"schemathesis-{username or 'service'}",
     )
 

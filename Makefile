@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test processes at once (pytest-xdist), each on its own test database; 0 runs them in this one.
+TEST_PROCESSES ?= 2
 
 .PHONY: demo test install lint format bench bench-peers
 
@@ -27,7 +29,7 @@ demo: $(INSTALLED) .demo-secret-key
 	$(PY) manage.py runportal
 
 test: $(INSTALLED)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,7 @@
 """What the after-sales domain plugs into the runtime's interrupts (runs.extensions): a call
 that waits for a supervisor's approval, and a plan that waits for its confirmation and review."""
 
-from approvals import plans, run_ends
+from approvals import plans, run_ends, selectors
 from approvals.gate import calls, policies
 from runs.extensions import Interrupt, WaitKind
 from runs.models import RunStatus
@@ -11,7 +11,7 @@ APPROVAL_INTERRUPT = Interrupt(
     policy=policies.APPROVAL_POLICY,
     pause=calls.approval_interrupt,
     kinds=(APPROVAL,),
-    pending=calls.approval_pending,
+    pending=selectors.approval_pending,
     on_run_end=run_ends.approvals_on_run_end,
 )
 

@@ -1,5 +1,6 @@
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import (
     OuterRef,
@@ -35,6 +36,7 @@ from runs.models import (
     ConversationStatus,
     RunStatus,
 )
+from runs.snapshot import CallStatus, SnapshotError, snapshot_parse
 
 
 def order_for_customer(*, merchant_id: int, customer_id: int, number: str) -> Order | None:
@@ -367,3 +369,25 @@ def approver_group_members(*, merchant_id: int, group: str, user_ids) -> set[int
             approvergroup__merchant_id=merchant_id, approvergroup__name=group, user_id__in=user_ids
         ).values_list("user_id", flat=True)
     )
+
+
+def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
+    """What a run waiting for approval shows in its `pending` list: every call still
+    undecided, in the model's order."""
+    if run.status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
+        return []
+    try:
+        calls = snapshot_parse(run.state_snapshot).calls
+    except SnapshotError:
+        return []
+    return [
+        {
+            "interrupt_id": call.interrupt_id,
+            "kind": "approval",
+            "tool_name": call.tool_name,
+            "tool_args": call.tool_args,
+            "expires_at": call.expires_at,
+        }
+        for call in calls
+        if call.status == CallStatus.PENDING_APPROVAL
+    ]

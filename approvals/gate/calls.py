@@ -261,20 +261,26 @@ def _call_paused(run: AgentRun, tool: Tool, args: BaseModel, key: str, *, now, e
     return call, fields, events
 
 
+# Why a run fails rather than execute its approved call.
+QUORUM_LOST = (
+    ErrorCode.APPROVER_REVOKED,
+    "The call no longer has the approvals it needs: someone who approved it no longer holds a "
+    "deciding role or left the approver group its policy names.",
+)
+NOT_APPROVED = (
+    ErrorCode.APPROVAL_MISMATCH,
+    "The arguments about to run are not the ones approved.",
+)
+
+
+class QuorumLost(Exception):
+    """An approved call no longer has the approvals its policy asks for: nothing ran."""
+
+
 def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingToolCall, key: str):
     approval = Approval.objects.select_related("decided_by", "merchant", "policy_version").get(
         interrupt_id=call.interrupt_id
     )
-    if not quorum_holds(approval, requester_id=run.account_id):
-        return StepCommit(
-            next_node=Node.TOOLS,
-            advance_step=False,
-            fail_with=(
-                ErrorCode.APPROVER_REVOKED,
-                "The call no longer has the approvals it needs: someone who approved it no "
-                "longer holds a deciding role or left the approver group its policy names.",
-            ),
-        )
     validated = tool.args_model.model_validate(call.tool_args)
     about_to_run = validated.model_dump(mode="json")
     if (
@@ -282,14 +288,7 @@ def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingT
         or about_to_run != approval.approved_args
         or call.tool_args != approval.approved_args
     ):
-        return StepCommit(
-            next_node=Node.TOOLS,
-            advance_step=False,
-            fail_with=(
-                ErrorCode.APPROVAL_MISMATCH,
-                "The arguments about to run are not the ones approved.",
-            ),
-        )
+        return StepCommit(next_node=Node.TOOLS, advance_step=False, fail_with=NOT_APPROVED)
     context = ToolContext(
         run_id=run.pk,
         merchant_id=run.merchant_id,
@@ -297,9 +296,17 @@ def _execute_approved(*, run: AgentRun, lease: Lease, tool: Tool, call: PendingT
         idempotency_key=key,
         cancel=CancellationToken(),
     )
-    status, result = approval_execute(
-        approval=approval, lease=lease, tool=tool, args=validated, context=context, step=run.step
-    )
+    try:
+        status, result = approval_execute(
+            approval=approval,
+            lease=lease,
+            tool=tool,
+            args=validated,
+            context=context,
+            step=run.step,
+        )
+    except QuorumLost:
+        return StepCommit(next_node=Node.TOOLS, advance_step=False, fail_with=QUORUM_LOST)
     return ToolOutcome(status, call.tool_args, result, recorded=True)
 
 
@@ -317,7 +324,8 @@ def approval_execute(
     holds the run. Once a cancel, /stop or takeover has committed, its run-end closed the call
     and this raises LostRun: no side effect happens for that run, ever. A tool that refuses
     leaves the call FAILED with its reason, never EXECUTED, and a customer who was emailed
-    the decision is emailed the refusal. Safe to call twice: the second call changes nothing.
+    the decision is emailed the refusal; one that lost its quorum raises QuorumLost. Safe to
+    call twice: the second call changes nothing.
     """
     with transaction.atomic():
         run = run_lock(approval.run_id)
@@ -327,6 +335,9 @@ def approval_execute(
         done = ToolExecution.objects.filter(idempotency_key=context.idempotency_key).first()
         if done is not None:
             return done.status, done.result
+        # Counted under the call's lock: a role or group change committed first is seen.
+        if not quorum_holds(approval, requester_id=run.account_id):
+            raise QuorumLost(approval.interrupt_id)
         executed_args = args.model_dump(mode="json")
         try:
             result = tool.executor(args, context)
@@ -369,25 +380,3 @@ def approval_execute(
                 run, state_snapshot=call_replaced(run, snapshot, final)
             )
     return status, result
-
-
-def approval_pending(run: AgentRun) -> list[dict[str, Any]]:
-    """What a run waiting for approval shows in its `pending` list: every call still
-    undecided, in the model's order."""
-    if run.status != RunStatus.WAITING_APPROVAL or not run.state_snapshot:
-        return []
-    try:
-        calls = snapshot_parse(run.state_snapshot).calls
-    except SnapshotError:
-        return []
-    return [
-        {
-            "interrupt_id": call.interrupt_id,
-            "kind": "approval",
-            "tool_name": call.tool_name,
-            "tool_args": call.tool_args,
-            "expires_at": call.expires_at,
-        }
-        for call in calls
-        if call.status == CallStatus.PENDING_APPROVAL
-    ]

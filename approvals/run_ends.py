@@ -58,7 +58,8 @@ def approvals_on_run_end(run: AgentRun, previous_status: str) -> list[tuple[str,
         ).order_by("pk")
     )
     open_calls = [call for call in calls if call.status in OPEN_APPROVAL_STATUSES]
-    events = _carried_out_unreported(run, [call for call in calls if call not in open_calls])
+    carried_out = [call for call in calls if call.status in CARRIED_OUT_STATUSES]
+    events = _carried_out_unreported(run, carried_out)
     if not open_calls:
         return events
     cause = run_end_cause(run)

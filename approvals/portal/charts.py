@@ -11,6 +11,8 @@ from decimal import Decimal
 # 0.75 px and the labels stay at least 10 px tall.
 WIDTH, HEIGHT = 480, 220
 LEFT, RIGHT, TOP, BOTTOM = 44, 8, 12, 30
+# The height the scale spans.
+SPAN = HEIGHT - BOTTOM - TOP
 MOST_X_LABELS = 6
 # Colours told apart by people with the common colour blindness (Okabe and Ito's palette),
 # each at least 3:1 against white.
@@ -86,9 +88,8 @@ def nice_ceiling(value: float, steps: Sequence[float] = STEPS) -> float:
 def _y_ticks(top: float) -> list[Tick]:
     """Plain figures: the chart's title says their unit, and a 390 px phone has no room for
     it on each tick."""
-    span = HEIGHT - BOTTOM - TOP
     return [
-        Tick(at=HEIGHT - BOTTOM - span * share, text=f"{top * share:g}") for share in (0, 0.5, 1)
+        Tick(at=HEIGHT - BOTTOM - SPAN * share, text=f"{top * share:g}") for share in (0, 0.5, 1)
     ]
 
 
@@ -105,12 +106,24 @@ def day_label(day: date) -> str:
     return day.strftime("%b %-d")
 
 
-def _table(chart: Chart, columns, series, unit) -> None:
-    chart.table_head = ["", *(name for name, _ in series)]
-    chart.table_rows = [
-        [text, *("" if values[n] is None else unit(float(values[n])) for _, values in series)]
-        for n, text in enumerate(columns)
-    ]
+def _frame(slug, title, summary, columns, series, unit, top) -> tuple[Chart, float]:
+    """The chart without its marks: axes on a scale up to `top`, legend, and the figures as a
+    table (a row a column, a cell a series); and the width of a column's slot."""
+    slot = (WIDTH - LEFT - RIGHT) / max(len(columns), 1)
+    chart = Chart(
+        slug=slug,
+        title=title,
+        summary=summary,
+        legend=[(name, PALETTE[n % len(PALETTE)]) for n, (name, _) in enumerate(series)],
+        x_ticks=_x_ticks(columns, slot),
+        y_ticks=_y_ticks(top),
+        table_head=["", *(name for name, _ in series)],
+        table_rows=[
+            [text, *("" if values[n] is None else unit(float(values[n])) for _, values in series)]
+            for n, text in enumerate(columns)
+        ],
+    )
+    return chart, slot
 
 
 def stacked_bars(
@@ -127,24 +140,14 @@ def stacked_bars(
     scale of `counts` has whole figures only."""
     totals = [sum(float(values[n]) for _, values in series) for n in range(len(columns))]
     top = nice_ceiling(max(totals, default=0), COUNT_STEPS if counts else STEPS)
-    slot = (WIDTH - LEFT - RIGHT) / max(len(columns), 1)
-    span = HEIGHT - BOTTOM - TOP
-    chart = Chart(
-        slug=slug,
-        title=title,
-        summary=summary,
-        legend=[(name, PALETTE[n % len(PALETTE)]) for n, (name, _) in enumerate(series)],
-        x_ticks=_x_ticks(columns, slot),
-        y_ticks=_y_ticks(top),
-    )
-    _table(chart, columns, series, unit)
+    chart, slot = _frame(slug, title, summary, columns, series, unit, top)
     for column, text in enumerate(columns):
         base = HEIGHT - BOTTOM
         for n, (name, values) in enumerate(series):
             value = float(values[column])
             if value <= 0:
                 continue
-            height = span * value / top
+            height = SPAN * value / top
             base -= height
             chart.bars.append(
                 Bar(
@@ -172,22 +175,12 @@ def lines(
     skipped."""
     found = [float(value) for _, values in series for value in values if value is not None]
     top = nice_ceiling(max(found, default=0))
-    slot = (WIDTH - LEFT - RIGHT) / max(len(columns), 1)
-    span = HEIGHT - BOTTOM - TOP
-    chart = Chart(
-        slug=slug,
-        title=title,
-        summary=summary,
-        legend=[(name, PALETTE[n % len(PALETTE)]) for n, (name, _) in enumerate(series)],
-        x_ticks=_x_ticks(columns, slot),
-        y_ticks=_y_ticks(top),
-    )
-    _table(chart, columns, series, unit)
+    chart, slot = _frame(slug, title, summary, columns, series, unit, top)
     for n, (name, values) in enumerate(series):
         dots = [
             (
                 round(LEFT + slot * (column + 0.5), 2),
-                round(HEIGHT - BOTTOM - span * float(value) / top, 2),
+                round(HEIGHT - BOTTOM - SPAN * float(value) / top, 2),
                 f"{columns[column]}: {unit(float(value))} ({name.lower()})",
             )
             for column, value in enumerate(values)

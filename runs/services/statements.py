@@ -317,21 +317,33 @@ def rows_insert(
     model, rows: list[dict[str, Any]], *, returning: tuple[str, ...] = ()
 ) -> list[tuple]:
     """One INSERT of `rows` (field name -> value) into `model`'s table; the inserted rows'
-    `returning` fields, when asked for (both databases answer RETURNING)."""
+    `returning` fields, when asked for (both databases answer RETURNING).
+
+    On PostgreSQL the values go as one array a column (`unnest`), so that the statement's text
+    is the same for any number of rows: parsed once and prepared, where a VALUES list of N rows
+    is a new statement, parsed by the driver and planned by the server, for every N."""
     names = list(rows[0])
     model_fields = [model._meta.get_field(name) for name in names]
     quote = connection.ops.quote_name
-    insert_columns = ", ".join(quote(f.column) for f in model_fields)
-    placeholders = "(" + ", ".join(["%s"] * len(names)) + ")"
-    params = [
-        f.get_db_prep_save(row[name], connection)
-        for row in rows
-        for name, f in zip(names, model_fields, strict=True)
-    ]
-    sql = (
-        f"INSERT INTO {quote(model._meta.db_table)} ({insert_columns}) "
-        f"VALUES {', '.join([placeholders] * len(rows))}"
+    insert = (
+        f"INSERT INTO {quote(model._meta.db_table)}"
+        f" ({', '.join(quote(f.column) for f in model_fields)})"
     )
+    if connection.vendor == "postgresql":
+        arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in model_fields)
+        sql = f"{insert} SELECT * FROM unnest({arrays})"
+        params = [
+            [f.get_db_prep_save(row[name], connection) for row in rows]
+            for name, f in zip(names, model_fields, strict=True)
+        ]
+    else:
+        placeholders = "(" + ", ".join(["%s"] * len(names)) + ")"
+        sql = f"{insert} VALUES {', '.join([placeholders] * len(rows))}"
+        params = [
+            f.get_db_prep_save(row[name], connection)
+            for row in rows
+            for name, f in zip(names, model_fields, strict=True)
+        ]
     if returning:
         sql += " RETURNING " + ", ".join(quote(model._meta.get_field(n).column) for n in returning)
     with connection.cursor() as cursor:

@@ -13,7 +13,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentportal.models import Membership, Merchant
-from runs.models import AgentRun, RunStatus
+from runs.models import AgentRun, RunEvent, RunStatus
 from runs.services import statements
 from runs.services.statements import prepared
 from tests import factories
@@ -256,3 +256,31 @@ def test_the_next_runs_of_several_shops_in_one_statement_are_each_shops_next_run
     ]
     assert [run.pk for run in together] == expected
     assert len(expected) == 6
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_rows_insert_writes_each_row_as_the_orm_reads_it_back(count):
+    # given: a run, and events of every kind of value (text, JSON with nesting and null, time)
+    merchant = factories.merchant_create()
+    run = _run(merchant, RunStatus.QUEUED)
+    now = timezone.now()
+    rows = [
+        {
+            "run": run.pk,
+            "seq": 100 + index,
+            "type": f"test.{index}",
+            "data": {"index": index, "nested": {"list": [1, None, "ü"]}, "none": None},
+            "created_at": now + timedelta(seconds=index),
+        }
+        for index in range(count)
+    ]
+
+    # when
+    returned = statements.rows_insert(RunEvent, rows, returning=("seq", "type"))
+
+    # then
+    assert sorted(returned) == [(100 + index, f"test.{index}") for index in range(count)]
+    stored = RunEvent.objects.filter(run=run, seq__gte=100).order_by("seq")
+    assert [(e.seq, e.type, e.data, e.created_at) for e in stored] == [
+        (row["seq"], row["type"], row["data"], row["created_at"]) for row in rows
+    ]

@@ -76,8 +76,9 @@ class ModelClient(Protocol):
 # Clients per endpoint for the whole process, made and used on the event loop only; calls
 # take them in turn. Several small connection pools rather than one large one: the HTTP pool
 # looks through all its connections whenever a request starts or ends, which with hundreds of
-# connections in one pool took a quarter of a worker's time (measured with the llm bench).
-CONNECTIONS_PER_CLIENT = 32
+# connections in one pool took a quarter of a worker's time (measured with the llm bench), and
+# with 32 a pool still took a fifteenth of it: 8 a pool.
+CONNECTIONS_PER_CLIENT = 8
 _clients: dict[tuple[str, str, float], itertools.cycle] = {}
 
 

@@ -28,8 +28,8 @@ def bench_run(
     say: Callable[[str], None],
 ) -> dict:
     """The JSON line's object of `scenario`."""
-    if runs < 1 or workers < 1:
-        raise CommandError("--runs and --workers must be at least 1")
+    if runs < 1 or workers < 1 or calibration_runs < 1:
+        raise CommandError("--runs, --workers and --calibration-runs must be at least 1")
     repeat = repeat or scenario.repeat
     if repeat < 1:
         raise CommandError("--repeat must be at least 1")

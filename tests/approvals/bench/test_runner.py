@@ -78,8 +78,9 @@ def test_a_scenario_gets_its_own_options_its_repeat_and_its_fixed_workers():
 @pytest.mark.parametrize(
     ("given", "refusal"),
     [
-        ({"runs": 0}, "--runs and --workers must be at least 1"),
-        ({"workers": 0}, "--runs and --workers must be at least 1"),
+        ({"runs": 0}, "--runs, --workers and --calibration-runs must be at least 1"),
+        ({"workers": 0}, "--runs, --workers and --calibration-runs must be at least 1"),
+        ({"calibration_runs": 0}, "--runs, --workers and --calibration-runs must be at least 1"),
         ({"repeat": -1}, "--repeat must be at least 1"),
         ({"stream_ms": -1}, "--stream-ms must be 0 or more"),
     ],

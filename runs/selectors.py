@@ -74,33 +74,28 @@ def pending_field_names() -> list[str]:
 def run_end_notices(run_ids: list) -> dict[Any, list[str]]:
     """What the ends of these runs did to the items they owned, in plain words, by run: the
     `notice` of the events the run-end hooks reported."""
-    notices: dict[Any, list[str]] = {}
-    if not run_ids:
-        return notices
-    events = (
-        RunEvent.objects.filter(run_id__in=run_ids, data__has_key="notice")
-        .order_by("run_id", "seq")
-        .values_list("run_id", "data")
-    )
-    for run_id, data in events:
-        notices.setdefault(run_id, []).append(data["notice"])
-    return notices
+    return _event_texts(run_ids, Q(data__has_key="notice"), "notice")
 
 
 def run_questions(run_ids: list) -> dict[Any, list[str]]:
     """The questions these runs asked their customers, oldest first, by run: they stay part of
     the conversation after they were answered."""
-    questions: dict[Any, list[str]] = {}
+    return _event_texts(run_ids, Q(type="input.requested"), "question")
+
+
+def _event_texts(run_ids: list, which: Q, key: str) -> dict[Any, list[str]]:
+    """The `key` of the data of these runs' events `which` selects, oldest first, by run."""
+    texts: dict[Any, list[str]] = {}
     if not run_ids:
-        return questions
+        return texts
     events = (
-        RunEvent.objects.filter(run_id__in=run_ids, type="input.requested")
+        RunEvent.objects.filter(which, run_id__in=run_ids)
         .order_by("run_id", "seq")
         .values_list("run_id", "data")
     )
     for run_id, data in events:
-        questions.setdefault(run_id, []).append(data.get("question", ""))
-    return questions
+        texts.setdefault(run_id, []).append(data.get(key, ""))
+    return texts
 
 
 def run_receipt(*, run: AgentRun, idempotency_key: str) -> RunInput | None:

@@ -1,6 +1,8 @@
 """Claiming runs fairly within each shop's capacity, and the model attempts a claim or a step
 records before the model is called."""
 
+from datetime import timedelta
+
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -25,6 +27,7 @@ from runs.services.statements import (
     run_pk,
     shop_ids,
     shop_quotas,
+    shops_scheduled,
 )
 
 
@@ -57,6 +60,7 @@ def runs_claim(*, limit: int, processes: int = 1) -> list[Lease]:
         for start in range(0, len(candidates), CLAIM_SHOPS):
             claimed, failed = _claim_from(
                 candidates[start : start + CLAIM_SHOPS],
+                places={shop: index for index, shop in enumerate(candidates)},
                 shares=shares,
                 limit=limit - len(leases),
                 processes=processes,
@@ -71,11 +75,21 @@ def runs_claim(*, limit: int, processes: int = 1) -> list[Lease]:
 
 
 def _claim_from(
-    candidates: list[int], *, shares: dict[int, int], limit: int, processes: int
+    candidates: list[int],
+    *,
+    places: dict[int, int],
+    shares: dict[int, int],
+    limit: int,
+    processes: int,
 ) -> tuple[list[Lease], int]:
     """Claim up to its share of runs from each shop in `candidates`, in their order, and
     `limit` in all; the leases, and how many of the runs found had to be failed instead (past
-    their deadline or out of budget)."""
+    their deadline or out of budget).
+
+    Each shop's last_scheduled_at is when its last run was dealt, as if one at a time round
+    all the claim's shops (`places`: their order), a microsecond apart: with the same time for
+    all, the shops that got one more would be the first by id again at the next claim, and
+    run faster than the others for good."""
     with transaction.atomic():
         now = timezone.now()
         ids = shop_ids(candidates)
@@ -101,7 +115,7 @@ def _claim_from(
                 quotas[merchant_id] = min(shares[merchant_id], limit - sum(quotas.values()))
         found = _next_runs(quotas, now)
         claims: list[tuple[RunChange, Lease, ModelAttempt | None]] = []
-        scheduled = []
+        turns = {}
         for merchant_id, runs in found.items():
             merchant = merchants[merchant_id]
             free = _free_slots(merchant, occupied.get(merchant_id, 0))
@@ -117,15 +131,13 @@ def _claim_from(
                 change.run.merchant = merchant
             claims += taken
             if taken:
-                scheduled.append(merchant_id)
+                dealt = (len(taken) - 1) * len(places) + places[merchant_id]
+                turns[merchant_id] = now + timedelta(microseconds=dealt)
         if not claims:
             return [], 0
         _claims_update([change for change, _lease, _attempt in claims], now)
         with connection.cursor() as cursor:
-            cursor.execute(
-                SCHEDULED_SQL,
-                [prepared(Merchant, "last_scheduled_at", now), *shop_ids(scheduled)],
-            )
+            cursor.execute(SCHEDULED_SQL, shops_scheduled(turns))
         run_changes_write([change for change, _lease, _attempt in claims], now)
         attempts = []
         for change, lease, attempt in claims:

@@ -252,8 +252,12 @@ CLAIM_UPDATE_SQL = (
     f"UPDATE {RUNS} SET {{assignments}}"
     f" WHERE {_run('id')} = %s AND {_run('status')} = %s AND {_run('lease_token')} = %s"
 )
+# Each claimed shop's turn: when its last run of the claim was dealt (parameters: shop_i,
+# at_i for i below CLAIM_SHOPS, the list filled by repeating the last pair, then the ids).
+_SCHEDULED_AT = " ".join(["WHEN %s THEN %s"] * CLAIM_SHOPS)
 SCHEDULED_SQL = (
-    f"UPDATE {MERCHANTS} SET {_column(Merchant, 'last_scheduled_at')} = %s"
+    f"UPDATE {MERCHANTS} SET {_column(Merchant, 'last_scheduled_at')} ="
+    f" CASE {_column(Merchant, 'id')} {_SCHEDULED_AT} END"
     f" WHERE {_column(Merchant, 'id')} IN ({_SHOP_IDS})"
 )
 
@@ -267,6 +271,13 @@ def shop_quotas(quotas: dict[int, int]) -> dict[str, int]:
     for index, (shop, quota) in enumerate(filled):
         params[f"shop_{index}"], params[f"quota_{index}"] = shop, quota
     return params
+
+
+def shops_scheduled(turns: dict[int, Any]) -> list[Any]:
+    """SCHEDULED_SQL's parameters for up to CLAIM_SHOPS shops (shop id -> its turn)."""
+    pairs = [[shop, prepared(Merchant, "last_scheduled_at", at)] for shop, at in turns.items()]
+    pairs += [pairs[-1]] * (CLAIM_SHOPS - len(pairs))
+    return [value for pair in pairs for value in pair] + shop_ids(list(turns))
 
 
 def shop_ids(ids: list[int]) -> list[int]:

@@ -318,6 +318,28 @@ def test_a_batch_claim_shares_its_room_among_the_shops_in_the_fair_order():
     assert claimed == {run.pk for run in first_runs[:8]} | {run.pk for run in second_runs[:8]}
 
 
+def test_batch_claims_take_turns_at_the_run_that_does_not_divide_evenly():
+    # given: three shops with room for all their runs, each with more queued than a claim deals
+    shops = [factories.merchant_create(max_running_runs=20) for _ in range(3)]
+    for shop in shops:
+        _queued(shop, 6)
+
+    # when: three claims of four runs each (one shop gets a second run each time)
+    dealt = [
+        sorted(
+            AgentRun.objects.filter(
+                pk__in=[lease.run_id for lease in services.runs_claim(limit=4)]
+            ).values_list("merchant_id", flat=True)
+        )
+        for _ in range(3)
+    ]
+
+    # then: as if the runs were claimed one at a time, the second run went to each shop in turn
+    # (not always to the shop first in the order of ids, which then ran twice as fast)
+    seconds = [next(shop for shop in claim if claim.count(shop) == 2) for claim in dealt]
+    assert sorted(seconds) == sorted(shop.pk for shop in shops)
+
+
 def test_a_slow_call_longer_than_the_lease_keeps_its_run(settings, stock_latency):
     # given: a lease shorter than the warehouse's stock check
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "LEASE_SECONDS": 1.0}

@@ -3,6 +3,7 @@ of one event loop (one web process) wait on a hub, by what they watch, and one t
 what changed for all of them at once, in a thread of the loop's pool and only while it
 reads; and the framing of server-sent events those streams write."""
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -57,7 +58,7 @@ Item = TypeVar("Item", bound=Hashable)
 S = TypeVar("S", bound=Subscriber)
 
 
-class Subscriptions(Generic[Key, Item]):
+class Subscriptions(abc.ABC, Generic[Key, Item]):
     """Who on one event loop watches what, by key, and the one task that serves them all
     (`_serve`): started when a subscriber joins and none runs, ending when it sees nobody
     left. The polling hub below and the delta hub (runs.deltas) are made of it."""
@@ -79,8 +80,9 @@ class Subscriptions(Generic[Key, Item]):
             if not watching:
                 del self.subscribers[key]
 
+    @abc.abstractmethod
     async def _serve(self) -> None:
-        raise NotImplementedError
+        """Serve the subscribers until none is left."""
 
 
 class PollingHub(Subscriptions[Key, S]):

@@ -34,8 +34,8 @@ class InsightsForm(forms.Form):
 @login_required
 @require_GET
 def insights_page(request):
-    shops = merchants_supervised_by(user=request.user).order_by("name")
-    if not shops.exists():
+    shops = list(merchants_supervised_by(user=request.user).order_by("name"))
+    if not shops:
         raise Http404("Only a shop's supervisors and operators see its dashboard.")
     # What was asked for, or where it cannot be had (a shop not theirs, a period not offered)
     # the first shop and the last 30 days, with the form saying why.

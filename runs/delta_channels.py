@@ -31,8 +31,35 @@ FILE_POLL_SECONDS = 0.05
 FORGET_SECONDS = 600.0
 
 
+# A NOTIFY payload must stay under 8000 bytes.
+MAX_PAYLOAD = 7900
+
+
 def encode(message: dict[str, Any]) -> str:
+    """The message as ASCII JSON: its length is its size in bytes."""
     return json.dumps(message, separators=(",", ":"))
+
+
+def packed(encoded: list[str]) -> list[str]:
+    """Encoded messages packed in order into JSON arrays of at most MAX_PAYLOAD bytes: the
+    deltas one statement sends go as few notifications, not one each (the server queues, and
+    every listener wakes for, each one)."""
+    payloads, part, size = [], [], 2
+    for message in encoded:
+        if part and size + len(message) + 1 > MAX_PAYLOAD:
+            payloads.append(f"[{','.join(part)}]")
+            part, size = [], 2
+        part.append(message)
+        size += len(message) + 1
+    if part:
+        payloads.append(f"[{','.join(part)}]")
+    return payloads
+
+
+def decoded(payload: str) -> list[dict[str, Any]]:
+    """The messages of one payload: a packed array, or one message alone."""
+    messages = json.loads(payload)
+    return messages if isinstance(messages, list) else [messages]
 
 
 class PostgresChannel:
@@ -80,7 +107,7 @@ class PostgresChannel:
                 )
             await self._publisher.execute(
                 "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-                [CHANNEL, batch],
+                [CHANNEL, packed(batch)],
             )
 
     def publish_in_transaction(self, message: dict[str, Any]) -> None:
@@ -95,7 +122,8 @@ class PostgresChannel:
         ) as listener:
             await listener.execute(f"LISTEN {CHANNEL}")
             async for notification in listener.notifies():
-                yield json.loads(notification.payload)
+                for message in decoded(notification.payload):
+                    yield message
 
 
 class RedisChannel:

@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 # notification per token for every run in flight. A tenth of a second still reads as a steady
 # stream (people read a few words a second) and halves the notifications of 50 ms.
 FLUSH_SECONDS = 0.1
-# NOTIFY payloads must stay under 8000 bytes; longer text is sent in parts.
-MAX_TEXT = 2000
+# NOTIFY payloads must stay under 8000 bytes; longer text is sent in parts, each under it
+# even when every character is escaped in JSON (12 bytes for one outside the basic plane).
+MAX_TEXT = 600
 
 
 def run_ended(run_id) -> None:

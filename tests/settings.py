@@ -13,3 +13,6 @@ os.environ.setdefault("AGENTPORTAL_SCRIPTED_STREAM_MS", "0")
 from agentportal.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.extension_app"]  # noqa: F405
+# How long the test extension's locker search takes (tests/extension_app/parcels.py); the
+# clusters the tests start read it from their environment.
+PARCEL_LOCKER_LATENCY_SECONDS = float(os.environ.get("PARCEL_LOCKER_LATENCY_SECONDS", "3"))

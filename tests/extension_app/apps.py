@@ -11,7 +11,7 @@ class ExtensionAppConfig(AppConfig):
         from runs.extensions import NodeKind
         from runs.timeline import timeline_sentence_register
         from runs.tools import tool_register
-        from tests.extension_app import signoff, voucher
+        from tests.extension_app import parcels, signoff, voucher
 
         extensions.interrupt_register(signoff.SIGNOFF_INTERRUPT)
         extensions.node_register(NodeKind(signoff.AUDIT_NODE, signoff.audit_step))
@@ -20,3 +20,6 @@ class ExtensionAppConfig(AppConfig):
         timeline_sentence_register("signoff.requested", signoff.signoff_requested_sentence)
         extensions.script_register(voucher.voucher_script, name=voucher.SCRIPT)
         tool_register(voucher.GRANT_VOUCHER)
+        extensions.script_register(parcels.parcels_script, name=parcels.SCRIPT)
+        tool_register(parcels.TRACK_PARCEL)
+        tool_register(parcels.FIND_LOCKER)

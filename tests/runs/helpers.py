@@ -12,22 +12,34 @@ from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunStatus
 from runs.services import Lease, StepCommit
 from tests import factories
+from tests.extension_app import parcels
+from tests.extension_app.models import Parcel
 
-STATUS_QUESTION = "What is the status of order {order}?"
-STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
+STATUS_QUESTION = "Where is my parcel {parcel}?"
+LOCKER_QUESTION = "Is there a locker for parcel {parcel}?"
 
 
-def customer_with_order(merchant: Merchant, number: str) -> User:
-    """A new customer of the shop, with a delivered order of that number."""
-    customer = factories.user_create(merchant=merchant)
-    factories.order_create(merchant=merchant, customer=customer, number=number)
+def shop_create(**fields) -> Merchant:
+    """A new shop whose agent tracks parcels (tests/extension_app/parcels.py): the runtime's
+    tests need nothing of the after-sales demo."""
+    shop = factories.merchant_create(**fields)
+    factories.release_publish(
+        merchant=shop, model=f"scripted:{parcels.SCRIPT}", tools=parcels.TOOLS
+    )
+    return shop
+
+
+def customer_with_parcel(merchant: Merchant, number: str, username: str | None = None) -> User:
+    """A new customer of the shop, with a parcel of that number on its way."""
+    customer = factories.user_create(username, merchant=merchant)
+    Parcel.objects.create(merchant=merchant, customer=customer, number=number)
     return customer
 
 
-def queue(customer: User, merchant: Merchant, order: str, question: str = STATUS_QUESTION):
-    """The customer's question about `order` (a template naming {order}), queued."""
+def queue(customer: User, merchant: Merchant, parcel: str, question: str = STATUS_QUESTION):
+    """The customer's question about `parcel` (a template naming {parcel}), queued."""
     return factories.run_queue(
-        customer=customer, merchant=merchant, message=question.format(order=order)
+        customer=customer, merchant=merchant, message=question.format(parcel=parcel)
     )
 
 

@@ -8,17 +8,17 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.cluster
 
 
-def test_order_status_run_completes_through_cluster(demo, api, cluster):
-    # given: a running cluster and alice's key
+def test_a_run_completes_through_the_cluster(parcel_shop, api, cluster):
+    # given: a running cluster and pat's key
     cluster(workers=2)
-    alice = api("alice")
+    pat = api("pat", merchant="parcel-shop")
 
     # when
-    response = alice.post(
+    response = pat.post(
         "/api/v1/runs",
-        {"message": "What is the status of order ORD-1001?"},
+        {"message": "Where is my parcel PCL-1?"},
         format="json",
-        HTTP_IDEMPOTENCY_KEY="status-1001",
+        HTTP_IDEMPOTENCY_KEY="track-1",
     )
 
     # then: accepted as QUEUED, and finished by a worker
@@ -28,8 +28,8 @@ def test_order_status_run_completes_through_cluster(demo, api, cluster):
     wait_for(lambda: AgentRun.objects.get(pk=run_id).is_finished)
     run = AgentRun.objects.get(pk=run_id)
     assert run.status == RunStatus.COMPLETED
-    assert "ORD-1001" in run.result
-    body = alice.get(f"/api/v1/runs/{run_id}").json()
+    assert run.result == "Parcel PCL-1 is in transit."
+    body = pat.get(f"/api/v1/runs/{run_id}").json()
     assert body["status"] == "COMPLETED"
     assert body["result"] == run.result
 
@@ -45,5 +45,5 @@ def test_order_status_run_completes_through_cluster(demo, api, cluster):
     assert all(a.usage["total_tokens"] > 0 for a in attempts)
 
     executions = ToolExecution.objects.filter(run=run)
-    assert [e.tool for e in executions] == ["lookup_order"]
-    assert executions.get().result["order_id"] == "ORD-1001"
+    assert [e.tool for e in executions] == ["track_parcel"]
+    assert executions.get().result["parcel_id"] == "PCL-1"

@@ -39,8 +39,19 @@ def customer_with_parcel(merchant: Merchant, number: str, username: str | None =
 def queue(customer: User, merchant: Merchant, parcel: str, question: str = STATUS_QUESTION):
     """The customer's question about `parcel` (a template naming {parcel}), queued."""
     return factories.run_queue(
-        customer=customer, merchant=merchant, message=question.format(parcel=parcel)
+        customer=customer, merchant=merchant, message=question.format(parcel=parcel, order=parcel)
     )
+
+
+# --- the demo's orders, until every runtime test asks about parcels -------------------------
+
+STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
+
+
+def customer_with_order(merchant: Merchant, number: str) -> User:
+    customer = factories.user_create(merchant=merchant)
+    factories.order_create(merchant=merchant, customer=customer, number=number)
+    return customer
 
 
 def run_claim() -> Lease | None:

@@ -8,6 +8,7 @@ process, one per deployment (`channel()` picks):
   appends of a line are atomic.
 """
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -15,7 +16,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +63,75 @@ def decoded(payload: str) -> list[dict[str, Any]]:
     return messages if isinstance(messages, list) else [messages]
 
 
-class PostgresChannel:
+class SendQueue:
+    """What an event loop publishes, sent in order by one task: whatever is queued while a
+    send is under way goes together in the next one, and no caller waits for it unless it
+    asks to."""
+
+    def __init__(self, send: Callable[[list[str]], Awaitable[None]]) -> None:
+        self._send = send
+        self._waiting: list[str] = []
+        self._sent: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+
+    def put(self, encoded: list[str]) -> asyncio.Future:
+        """Queue the messages; the future is done once they are sent, with the error that
+        stopped them (or None) as its result."""
+        loop = asyncio.get_running_loop()
+        self._waiting += encoded
+        if self._sent is None:
+            self._sent = loop.create_future()
+        sent = self._sent
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._drain())
+        return sent
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            sent, self._sent = self._sent, None
+            try:
+                await self._send(batch)
+            except Exception as error:
+                sent.set_result(error)
+            else:
+                sent.set_result(None)
+
+
+class QueuedChannel(abc.ABC):
+    """A channel a worker publishes on from its event loop, through one SendQueue per loop
+    (a connection belongs to the loop it was made on)."""
+
     broadcast = True
 
     def __init__(self) -> None:
-        self._publisher = None
-        self._sending: asyncio.Lock | None = None
-        self._waiting: list[str] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queues: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _queue(self) -> SendQueue:
+        loop = asyncio.get_running_loop()
+        if loop not in self._queues:
+            self._queues[loop] = SendQueue(self._send)
+        return self._queues[loop]
+
+    def publish_soon(self, messages: list[dict[str, Any]]) -> asyncio.Future:
+        """Queue the messages without waiting; see SendQueue.put for the future."""
+        return self._queue().put([encode(message) for message in messages])
+
+    async def publish(self, messages: list[dict[str, Any]]) -> None:
+        """Send the messages, after those queued before them; raise what stopped them."""
+        error = await self.publish_soon(messages)
+        if error is not None:
+            raise error
+
+    @abc.abstractmethod
+    async def _send(self, encoded: list[str]) -> None:
+        """Send encoded messages, in order, from the running loop's SendQueue task."""
+
+
+class PostgresChannel(QueuedChannel):
+    def __init__(self) -> None:
+        super().__init__()
+        self._publishers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _conninfo(self) -> dict[str, Any]:
         url = settings.AGENTPORTAL["LISTEN_DATABASE_URL"]
@@ -84,31 +146,19 @@ class PostgresChannel:
             "port": params.get("PORT") or None,
         }
 
-    async def publish(self, messages: list[dict[str, Any]]) -> None:
-        """Send the messages on the worker's one publishing connection. The calls that
-        publish while a statement is under way wait for it and then go together in the next
-        one: one round trip for all the answers written meanwhile, not one each."""
+    async def _send(self, encoded: list[str]) -> None:
         import psycopg
 
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            # One connection per event loop (the worker has one): a connection and a lock
-            # belong to the loop they were made on.
-            self._loop, self._sending, self._publisher = loop, asyncio.Lock(), None
-            self._waiting = []
-        self._waiting += [encode(message) for message in messages]
-        async with self._sending:
-            if not self._waiting:
-                return  # sent along with an earlier caller's
-            batch, self._waiting = self._waiting, []
-            if self._publisher is None or self._publisher.closed:
-                self._publisher = await psycopg.AsyncConnection.connect(
-                    **self._conninfo(), autocommit=True, prepare_threshold=None
-                )
-            await self._publisher.execute(
-                "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
-                [CHANNEL, packed(batch)],
+        publisher = self._publishers.get(loop)
+        if publisher is None or publisher.closed:
+            publisher = self._publishers[loop] = await psycopg.AsyncConnection.connect(
+                **self._conninfo(), autocommit=True, prepare_threshold=None
             )
+        await publisher.execute(
+            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+            [CHANNEL, packed(encoded)],
+        )
 
     def publish_in_transaction(self, message: dict[str, Any]) -> None:
         with connection.cursor() as cursor:
@@ -126,22 +176,21 @@ class PostgresChannel:
                     yield message
 
 
-class RedisChannel:
-    broadcast = True
-
+class RedisChannel(QueuedChannel):
     def __init__(self, url: str) -> None:
+        super().__init__()
         self.url = url
         self._publishers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    async def publish(self, messages: list[dict[str, Any]]) -> None:
+    async def _send(self, encoded: list[str]) -> None:
         import redis.asyncio
 
         loop = asyncio.get_running_loop()
         if loop not in self._publishers:
             self._publishers[loop] = redis.asyncio.Redis.from_url(self.url)
         async with self._publishers[loop].pipeline(transaction=False) as pipe:
-            for message in messages:
-                pipe.publish(CHANNEL, encode(message))
+            for message in encoded:
+                pipe.publish(CHANNEL, message)
             await pipe.execute()
 
     def publish_in_transaction(self, message: dict[str, Any]) -> None:
@@ -204,6 +253,17 @@ class FileChannel:
 
     async def publish(self, messages: list[dict[str, Any]]) -> None:
         self._append(messages)
+
+    def publish_soon(self, messages: list[dict[str, Any]]) -> asyncio.Future:
+        """Append at once (a file takes no round trip); the future as QueuedChannel's."""
+        sent = asyncio.get_running_loop().create_future()
+        try:
+            self._append(messages)
+        except OSError as error:
+            sent.set_result(error)
+        else:
+            sent.set_result(None)
+        return sent
 
     def publish_in_transaction(self, message: dict[str, Any]) -> None:
         def append_if_written() -> None:

@@ -44,7 +44,8 @@ def run_ended(run_id) -> None:
 @dataclass
 class DeltaPublisher:
     """What one model call writes, published in order, at most every FLUSH_SECONDS. Used on
-    the worker's event loop."""
+    the worker's event loop; the text goes to the channel's queue and the call reads on
+    without waiting for it to be sent."""
 
     run: str
     gen: str
@@ -52,13 +53,21 @@ class DeltaPublisher:
     pending: str = ""
     flushed_at: float = 0.0
     failed: bool = False
+    sending: asyncio.Future | None = None
 
     async def add(self, text: str) -> None:
         self.pending += text
         if time.monotonic() - self.flushed_at >= FLUSH_SECONDS:
-            await self.flush()
+            self._publish(self._take(done=False))
 
     async def flush(self, *, done: bool = False) -> None:
+        """Publish what is pending and wait until everything this call wrote is sent: its
+        commit's notifications then come after it."""
+        self._publish(self._take(done=done))
+        if self.sending is not None:
+            self._check(await self.sending)
+
+    def _take(self, *, done: bool) -> list[dict[str, Any]]:
         messages = []
         while self.pending:
             part, self.pending = self.pending[:MAX_TEXT], self.pending[MAX_TEXT:]
@@ -70,15 +79,24 @@ class DeltaPublisher:
             # (a call that wrote no text, only tool calls, has nothing to close)
             messages.append({"run": self.run, "gen": self.gen, "done": True})
         self.flushed_at = time.monotonic()
+        return messages
+
+    def _publish(self, messages: list[dict[str, Any]]) -> None:
+        if self.sending is not None and self.sending.done():
+            self._check(self.sending.result())
         if not messages or self.failed:
             return
         try:
-            await channel().publish(messages)
-        except Exception:
+            self.sending = channel().publish_soon(messages)
+        except Exception as error:
+            self._check(error)
+
+    def _check(self, error: BaseException | None) -> None:
+        if error is not None and not self.failed:
             # Deltas are a courtesy: the committed answer is what counts. Stop trying for
             # this call rather than slow it down.
             self.failed = True
-            logger.warning("could not publish deltas of run %s", self.run, exc_info=True)
+            logger.warning("could not publish deltas of run %s", self.run, exc_info=error)
 
 
 # --- the web's side -------------------------------------------------------------------------

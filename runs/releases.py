@@ -126,5 +126,8 @@ def tools_declared(release_snapshot: dict) -> dict[str, Tool]:
             policy = entry.get("policy") or tool.policy
             if tool.policy != Policy.AUTO:
                 policy = tool.policy  # a person's decision is never configured away
-            declared[tool.name] = dataclasses.replace(tool, policy=policy)
+            # Asked at every step: the registered tool itself unless the release changes it.
+            declared[tool.name] = (
+                tool if policy == tool.policy else dataclasses.replace(tool, policy=policy)
+            )
     return declared

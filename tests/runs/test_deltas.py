@@ -136,8 +136,11 @@ def test_long_text_is_published_in_parts_that_fit_a_notification():
     published: list[list[dict]] = []
 
     class Recorder:
-        async def publish(self, messages):
+        def publish_soon(self, messages):
             published.append(messages)
+            sent = asyncio.get_running_loop().create_future()
+            sent.set_result(None)
+            return sent
 
     delta_channels._channel, saved = Recorder(), delta_channels._channel
     try:

@@ -10,9 +10,9 @@ from django.utils import timezone
 from runs import services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, RunStatus
-from tests import factories, threads
+from tests import threads
 from tests.runs import helpers
-from tests.runs.helpers import customer_with_order, queue
+from tests.runs.helpers import LOCKER_QUESTION, customer_with_parcel, queue, shop_create
 from tests.threads import in_threads_numbered
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,10 +21,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("capacity", [1, 2])
 def test_racing_claims_never_exceed_the_shops_capacity(capacity):
     # given: more queued runs than the shop may run at once
-    shop = factories.merchant_create(max_running_runs=capacity)
+    shop = shop_create(max_running_runs=capacity)
     for index in range(6):
-        number = f"ORD-7{index}"
-        queue(customer_with_order(shop, number), shop, number)
+        number = f"PCL-7{index}"
+        queue(customer_with_parcel(shop, number), shop, number)
 
     # when: eight workers claim at once
     leases = in_threads_numbered(lambda _: helpers.run_claim(), 8)
@@ -36,12 +36,12 @@ def test_racing_claims_never_exceed_the_shops_capacity(capacity):
 
 def test_taking_over_an_expired_lease_replaces_the_run_it_does_not_add_one():
     # given a capacity-1 shop whose one running run's lease expired mid-step, and a queued run
-    shop = factories.merchant_create(max_running_runs=1)
-    stuck = queue(customer_with_order(shop, "ORD-81"), shop, "ORD-81")
+    shop = shop_create(max_running_runs=1)
+    stuck = queue(customer_with_parcel(shop, "PCL-81"), shop, "PCL-81")
     lease = helpers.run_claim()
     AgentRun.objects.filter(pk=stuck.pk).update(lease_expires_at=timezone.now())
     # (queued before it, as a run resumed after a person's answer can be)
-    waiting = queue(customer_with_order(shop, "ORD-82"), shop, "ORD-82")
+    waiting = queue(customer_with_parcel(shop, "PCL-82"), shop, "PCL-82")
     AgentRun.objects.filter(pk=waiting.pk).update(created_at=stuck.created_at - timedelta(1))
 
     # when workers claim
@@ -53,14 +53,14 @@ def test_taking_over_an_expired_lease_replaces_the_run_it_does_not_add_one():
     assert AgentRun.objects.filter(merchant=shop, status=RunStatus.RUNNING).count() == 1
 
 
-def test_a_capacity_1_shop_never_runs_two_while_leases_expire_mid_step(stock_latency):
+def test_a_capacity_1_shop_never_runs_two_while_leases_expire_mid_step(locker_latency):
     # given a capacity-1 shop with slow steps, and a chaos thread that expires leases while
     # workers are in them
-    stock_latency(0.05)
-    shop = factories.merchant_create(max_running_runs=1)
+    locker_latency(0.05)
+    shop = shop_create(max_running_runs=1)
     for index in range(4):
-        number = f"ORD-9{index}"
-        queue(customer_with_order(shop, number), shop, number, "Is {order} in stock?")
+        number = f"PCL-9{index}"
+        queue(customer_with_parcel(shop, number), shop, number, LOCKER_QUESTION)
     deadline = time.monotonic() + 4
     samples = []
 
@@ -95,11 +95,11 @@ def test_a_capacity_1_shop_never_runs_two_while_leases_expire_mid_step(stock_lat
 
 
 def _shops_with_queued_runs(shops: int, runs: int, capacity: int):
-    merchants = [factories.merchant_create(max_running_runs=capacity) for _ in range(shops)]
+    merchants = [shop_create(max_running_runs=capacity) for _ in range(shops)]
     for merchant in merchants:
         for index in range(runs):
-            number = f"ORD-{merchant.pk}-{index}"
-            queue(customer_with_order(merchant, number), merchant, number)
+            number = f"PCL-{index + 1}"
+            queue(customer_with_parcel(merchant, number), merchant, number)
     return merchants
 
 

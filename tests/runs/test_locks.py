@@ -44,8 +44,8 @@ def _while_held(lock, probe):
 def test_locking_a_conversation_leaves_its_shop_and_customer_free():
     # given a conversation, read with its merchant and customer
     shop = factories.merchant_create()
-    alice = factories.user_create(merchant=shop)
-    conversation = conversation_create(merchant=shop, customer=alice)
+    pat = factories.user_create(merchant=shop)
+    conversation = conversation_create(merchant=shop, customer=pat)
 
     # when one transaction locks the conversation, another locks its shop without waiting
     outcome = _while_held(
@@ -59,8 +59,8 @@ def test_locking_a_conversation_leaves_its_shop_and_customer_free():
 
 def test_a_locked_conversation_is_locked():
     shop = factories.merchant_create()
-    alice = factories.user_create(merchant=shop)
-    conversation = conversation_create(merchant=shop, customer=alice)
+    pat = factories.user_create(merchant=shop)
+    conversation = conversation_create(merchant=shop, customer=pat)
 
     outcome = _while_held(
         lambda: locks.conversation_lock(conversation.pk),

@@ -8,16 +8,15 @@ from django.utils import timezone
 
 from runs import services
 from runs.models import AgentRun, RunStatus, WorkerHeartbeat
-from tests import factories
 from tests.runs import helpers
-from tests.runs.helpers import customer_with_order, queue
+from tests.runs.helpers import customer_with_parcel, queue, shop_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _held(shop, number: str, *, holder: str, quiet_for: float):
     """A run claimed by `holder`, unchanged for `quiet_for` seconds."""
-    queue(customer_with_order(shop, number), shop, number)
+    queue(customer_with_parcel(shop, number), shop, number)
     lease = helpers.run_claim()
     AgentRun.objects.filter(pk=lease.run_id).update(
         lease_holder=holder, updated_at=timezone.now() - timedelta(seconds=quiet_for)
@@ -32,8 +31,8 @@ def _reported(holder: str, seconds_ago: float) -> None:
 
 
 def test_a_claim_names_the_process_that_holds_the_lease():
-    shop = factories.merchant_create()
-    queue(customer_with_order(shop, "ORD-1"), shop, "ORD-1")
+    shop = shop_create()
+    queue(customer_with_parcel(shop, "PCL-1"), shop, "PCL-1")
 
     lease = helpers.run_claim()
 
@@ -43,13 +42,13 @@ def test_a_claim_names_the_process_that_holds_the_lease():
 def test_the_runs_of_a_process_that_stopped_reporting_go_back_to_the_queue():
     # given runs held by a process silent for 20 s, by one that never reported, by one that
     # reported 2 s ago, and one claimed a moment ago by a process that has not reported yet
-    shop = factories.merchant_create()
-    silent = _held(shop, "ORD-1", holder="process:a:1", quiet_for=20)
+    shop = shop_create()
+    silent = _held(shop, "PCL-1", holder="process:a:1", quiet_for=20)
     _reported("process:a:1", seconds_ago=20)
-    never = _held(shop, "ORD-2", holder="process:b:2", quiet_for=20)
-    alive = _held(shop, "ORD-3", holder="process:c:3", quiet_for=20)
+    never = _held(shop, "PCL-2", holder="process:b:2", quiet_for=20)
+    alive = _held(shop, "PCL-3", holder="process:c:3", quiet_for=20)
     _reported("process:c:3", seconds_ago=2)
-    fresh = _held(shop, "ORD-4", holder="process:d:4", quiet_for=1)
+    fresh = _held(shop, "PCL-4", holder="process:d:4", quiet_for=1)
 
     # when
     released = services.leases_of_lost_processes_release()

@@ -23,18 +23,19 @@ from runs.models import (
 )
 from tests.problems import refusal_problem
 from tests.runs import helpers
+from tests.runs.conversation_helpers import FOLLOW_UP, STATUS, supervisor_create
 
-TEXTS = ["What is the status of order ORD-1001?", "And ORD-1002?", "hello"]
+TEXTS = [STATUS, FOLLOW_UP, "hello"]
 COMMANDS = ["/stop", "/new", "/reset", "/status", "/takeover", "/release"]
 
 
 class ConversationMachine(RuleBasedStateMachine):
-    def __init__(self, shop: Merchant, alice: Principal, sam: Principal):
+    def __init__(self, shop: Merchant, customer: Principal, supervisor: Principal):
         super().__init__()
-        self.alice, self.sam = alice, sam
+        self.customer, self.supervisor = customer, supervisor
         self._example = transaction.atomic()
         self._example.__enter__()
-        self.conversation = conversations.conversation_create(merchant=shop, customer=alice.user)
+        self.conversation = conversations.conversation_create(merchant=shop, customer=customer.user)
         self.dropped: set[int] = set()
         self.closed: set = set()
 
@@ -54,7 +55,7 @@ class ConversationMachine(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(COMMANDS), as_supervisor=st.booleans())
     def command(self, name, as_supervisor):
-        principal = self.sam if as_supervisor else self.alice
+        principal = self.supervisor if as_supervisor else self.customer
         command, argument = commands.command_parse(name, role=principal.role)
         try:
             commands.command_allowed(command, principal)
@@ -83,11 +84,11 @@ class ConversationMachine(RuleBasedStateMachine):
     def command_to_a_closed_conversation(self, name):
         if not self.closed:
             return
-        command, argument = commands.command_parse(name, role=self.sam.role)
+        command, argument = commands.command_parse(name, role=self.supervisor.role)
         closed = Conversation.objects.get(pk=sorted(self.closed)[0])
         try:
             command_apply.command_run(
-                conversation=closed, principal=self.sam, command=command, argument=argument
+                conversation=closed, principal=self.supervisor, command=command, argument=argument
             )
         except DomainError as refusal:
             assert refusal_problem(refusal)[1] == "conversation_closed"
@@ -138,11 +139,13 @@ class ConversationMachine(RuleBasedStateMachine):
             assert message.run_id is None
 
 
-def test_conversation_state_machine_keeps_its_invariants(demo):
-    alice = Principal(merchant=demo, role="customer", user=User.objects.get(username="alice"))
-    sam = Principal(merchant=demo, role="supervisor", user=User.objects.get(username="sam"))
+def test_conversation_state_machine_keeps_its_invariants(parcel_shop):
+    pat = Principal(merchant=parcel_shop, role="customer", user=User.objects.get(username="pat"))
+    sue = Principal(
+        merchant=parcel_shop, role="supervisor", user=supervisor_create(parcel_shop, "sue")
+    )
     run_state_machine_as_test(
-        lambda: ConversationMachine(demo, alice, sam),
+        lambda: ConversationMachine(parcel_shop, pat, sue),
         settings=hypothesis.settings(
             max_examples=25,
             stateful_step_count=15,

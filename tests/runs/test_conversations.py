@@ -7,20 +7,40 @@ from django.test.utils import CaptureQueriesContext
 from runs import worker
 from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunStatus
 from runs.services import LostRun, StepCommit
+from tests import factories
+from tests.extension_app import signoff
 from tests.runs import helpers
-from tests.runs.conversation_helpers import STATUS, conversation_open, message_statuses, say
+from tests.runs.conversation_helpers import (
+    FOLLOW_UP,
+    QUESTION,
+    STATUS,
+    asking_agent,
+    conversation_open,
+    message_statuses,
+    say,
+    supervisor_create,
+)
+
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def alice(api):
-    return api("alice")
+def pat(parcel_shop, api):
+    return api("pat", merchant="parcel-shop")
 
 
-def test_messages_run_one_at_a_time_and_the_next_starts_when_a_run_ends(demo, alice):
-    conversation_id = conversation_open(alice)
+@pytest.fixture
+def sue(parcel_shop, api):
+    """A supervisor of pat's shop."""
+    supervisor_create(parcel_shop, "sue")
+    return api("sue", merchant="parcel-shop")
 
-    first = say(alice, conversation_id, STATUS)
-    second = say(alice, conversation_id, "And ORD-1002?")
+
+def test_messages_run_one_at_a_time_and_the_next_starts_when_a_run_ends(pat):
+    conversation_id = conversation_open(pat)
+
+    first = say(pat, conversation_id, STATUS)
+    second = say(pat, conversation_id, FOLLOW_UP)
 
     assert first.status_code == second.status_code == 202
     assert first.json()["message"]["status"] == "STARTED"
@@ -36,18 +56,18 @@ def test_messages_run_one_at_a_time_and_the_next_starts_when_a_run_ends(demo, al
     assert message_statuses(conversation_id) == ["STARTED", "STARTED"]
     # the second run saw the conversation so far
     contents = [m["content"] for m in runs[1].messages if m["role"] != "system"]
-    assert contents[:3] == [STATUS, runs[0].result, "And ORD-1002?"]
-    body = alice.get(f"/api/v1/conversations/{conversation_id}").json()
+    assert contents[:3] == [STATUS, runs[0].result, FOLLOW_UP]
+    body = pat.get(f"/api/v1/conversations/{conversation_id}").json()
     assert body["active_run_id"] is None
     assert body["pending_messages"] == 0
 
 
-def test_stop_cancels_the_active_run_and_keeps_the_queue(demo, alice):
-    conversation_id = conversation_open(alice)
-    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
-    say(alice, conversation_id, "And ORD-1002?")
+def test_stop_cancels_the_active_run_and_keeps_the_queue(pat):
+    conversation_id = conversation_open(pat)
+    run_id = say(pat, conversation_id, STATUS).json()["run_id"]
+    say(pat, conversation_id, FOLLOW_UP)
 
-    response = say(alice, conversation_id, "/stop")
+    response = say(pat, conversation_id, "/stop")
 
     assert response.status_code == 200
     assert response.json() == {
@@ -61,12 +81,12 @@ def test_stop_cancels_the_active_run_and_keeps_the_queue(demo, alice):
     assert types[-1] == "run.cancelled"
 
 
-def test_a_cancelled_run_commits_nothing_more(demo, alice):
-    conversation_id = conversation_open(alice)
-    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
+def test_a_cancelled_run_commits_nothing_more(pat):
+    conversation_id = conversation_open(pat)
+    run_id = say(pat, conversation_id, STATUS).json()["run_id"]
     lease = helpers.run_claim()
 
-    say(alice, conversation_id, "/stop")
+    say(pat, conversation_id, "/stop")
 
     with pytest.raises(LostRun):
         helpers.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
@@ -77,13 +97,13 @@ def test_a_cancelled_run_commits_nothing_more(demo, alice):
     assert "run.completed" not in types
 
 
-def test_new_drops_the_queue_and_closes_the_conversation(demo, alice):
-    conversation_id = conversation_open(alice)
-    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
-    say(alice, conversation_id, "And ORD-1002?")
-    say(alice, conversation_id, "And ORD-1003?")
+def test_new_drops_the_queue_and_closes_the_conversation(pat):
+    conversation_id = conversation_open(pat)
+    run_id = say(pat, conversation_id, STATUS).json()["run_id"]
+    say(pat, conversation_id, FOLLOW_UP)
+    say(pat, conversation_id, "And parcel PCL-3?")
 
-    response = say(alice, conversation_id, "/new-session")
+    response = say(pat, conversation_id, "/new-session")
 
     result = response.json()["result"]
     assert response.json()["command"] == "/new"
@@ -95,16 +115,16 @@ def test_new_drops_the_queue_and_closes_the_conversation(demo, alice):
     worker.tick()
     assert AgentRun.objects.filter(conversation_id=conversation_id).count() == 1
     # the old conversation refuses plain text; the new one accepts it at once
-    closed = say(alice, conversation_id, "hello?")
+    closed = say(pat, conversation_id, "hello?")
     assert (closed.status_code, closed.json()["code"]) == (409, "conversation_closed")
-    fresh = say(alice, result["conversation_id"], STATUS)
+    fresh = say(pat, result["conversation_id"], STATUS)
     assert fresh.json()["message"]["status"] == "STARTED"
 
 
-def test_status_changes_nothing(demo, alice):
-    conversation_id = conversation_open(alice)
-    say(alice, conversation_id, STATUS)
-    say(alice, conversation_id, "And ORD-1002?")
+def test_status_changes_nothing(pat):
+    conversation_id = conversation_open(pat)
+    say(pat, conversation_id, STATUS)
+    say(pat, conversation_id, FOLLOW_UP)
     before = (
         list(AgentRun.objects.values()),
         list(ConversationMessage.objects.values()),
@@ -113,7 +133,7 @@ def test_status_changes_nothing(demo, alice):
     )
 
     with CaptureQueriesContext(connection) as queries:
-        response = say(alice, conversation_id, "/status")
+        response = say(pat, conversation_id, "/status")
 
     assert response.status_code == 200
     assert response.json()["result"]["active_run"]["status"] == "QUEUED"
@@ -135,26 +155,26 @@ def test_status_changes_nothing(demo, alice):
     assert before == after
 
 
-def test_takeover_holds_messages_blocks_the_worker_and_release_resumes(demo, api, alice):
-    conversation_id = conversation_open(alice)
-    run_id = say(alice, conversation_id, STATUS).json()["run_id"]
+def test_takeover_holds_messages_blocks_the_worker_and_release_resumes(pat, sue):
+    conversation_id = conversation_open(pat)
+    run_id = say(pat, conversation_id, STATUS).json()["run_id"]
     lease = helpers.run_claim()
 
     # a customer may not take over
-    refused = say(alice, conversation_id, "/takeover")
+    refused = say(pat, conversation_id, "/takeover")
     assert (refused.status_code, refused.json()["code"]) == (403, "permission_denied")
 
-    taken = say(api("sam"), conversation_id, "/takeover")
+    taken = say(sue, conversation_id, "/takeover")
 
     assert taken.json()["result"] == {"cancelled_run_id": run_id, "control_version": 2}
     with pytest.raises(LostRun):
         helpers.run_step_commit(lease=lease, commit=StepCommit(next_node="tools"))
-    held = say(alice, conversation_id, "Is anyone there? ORD-1002")
+    held = say(pat, conversation_id, "Is anyone there? PCL-2")
     assert held.json()["message"]["status"] == "HELD"
     worker.tick()
     assert AgentRun.objects.filter(conversation_id=conversation_id).count() == 1
 
-    released = say(api("sam"), conversation_id, "/release")
+    released = say(sue, conversation_id, "/release")
 
     assert released.json()["result"] == {"requeued_messages": 1}
     assert message_statuses(conversation_id) == ["STARTED", "STARTED"]
@@ -165,68 +185,95 @@ def test_takeover_holds_messages_blocks_the_worker_and_release_resumes(demo, api
     assert new_run.status == RunStatus.COMPLETED
 
 
-def test_unknown_command_is_400_and_never_reaches_the_model(demo, alice):
-    conversation_id = conversation_open(alice)
-    response = say(alice, conversation_id, "/reboot now")
+def test_unknown_command_is_400_and_never_reaches_the_model(pat):
+    conversation_id = conversation_open(pat)
+    response = say(pat, conversation_id, "/reboot now")
     assert (response.status_code, response.json()["code"]) == (400, "unknown_command")
     assert not AgentRun.objects.exists()
     assert not ConversationMessage.objects.exists()
 
 
-def test_an_unknown_command_lists_only_the_commands_of_the_callers_role(demo, api, alice):
-    # given alice's conversation, which sam (a supervisor of her shop) may command too
-    conversation_id = conversation_open(alice)
+def test_an_unknown_command_lists_only_the_commands_of_the_callers_role(pat, sue):
+    # given pat's conversation, which sue (a supervisor of the shop) may command too
+    conversation_id = conversation_open(pat)
 
     # when each of them sends a command that does not exist
-    told_alice = say(alice, conversation_id, "/reboot").json()["detail"]
-    told_sam = say(api("sam"), conversation_id, "/reboot").json()["detail"]
+    told_pat = say(pat, conversation_id, "/reboot").json()["detail"]
+    told_sue = say(sue, conversation_id, "/reboot").json()["detail"]
 
     # then each is offered only what they may use
-    assert told_alice == (
+    assert told_pat == (
         "/reboot is not a command. Try one of /stop, /new, /reset, /switch, /status."
     )
-    assert told_sam == (
+    assert told_sue == (
         "/reboot is not a command. Try one of /stop, /new, /reset, /switch, /status, /takeover, "
         "/release."
     )
 
 
-def test_another_customers_conversation_is_404(demo, api, alice):
-    conversation_id = conversation_open(alice)
-    bob = api("bob")
-    assert bob.get(f"/api/v1/conversations/{conversation_id}").status_code == 404
-    response = say(bob, conversation_id, "/stop")
+def test_another_customers_conversation_is_404(parcel_shop, api, pat):
+    conversation_id = conversation_open(pat)
+    factories.user_create("kit", merchant=parcel_shop)
+    kit = api("kit", merchant="parcel-shop")
+    assert kit.get(f"/api/v1/conversations/{conversation_id}").status_code == 404
+    response = say(kit, conversation_id, "/stop")
     assert (response.status_code, response.json()["code"]) == (404, "not_found")
+    factories.user_create("nina", merchant=helpers.shop_create(slug="other-shop"))
     assert (
-        api("oscar", merchant="other-shop")
+        api("nina", merchant="other-shop")
         .get(f"/api/v1/conversations/{conversation_id}/messages")
         .status_code
         == 404
     )
 
 
-def test_a_message_answers_the_agents_question_and_resumes_the_same_run(demo, alice):
-    # given: the agent asked which order the exchange is about
-    conversation_id = conversation_open(alice)
-    asked = say(alice, conversation_id, "I want to exchange my shoes for size 43").json()
+def test_a_message_answers_the_agents_question_and_resumes_the_same_run(
+    monkeypatch, parcel_shop, pat
+):
+    # given: the agent asked which parcel pat means
+    asking_agent(monkeypatch, parcel_shop)
+    conversation_id = conversation_open(pat)
+    asked = say(pat, conversation_id, "My parcel has not arrived yet").json()
     worker.tick()
     run = AgentRun.objects.get(pk=asked["run_id"])
     assert run.status == RunStatus.WAITING_USER
     assert run.wait_state["kind"] == "clarification"
+    assert run.wait_state["payload"] == {"question": QUESTION}
 
     # when: the customer writes the answer into the conversation
-    answer = say(alice, conversation_id, "It is ORD-1002")
+    answer = say(pat, conversation_id, "It is PCL-1")
 
     # then: it resumed the same run instead of queueing behind it
     assert answer.status_code == 202
     assert answer.json()["message"]["status"] == "STARTED"
     assert answer.json()["run_id"] == str(run.pk)
-    worker.tick()
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING_USER
-    assert run.wait_state["kind"] == "confirmation"
     assert RunEvent.objects.filter(run=run, type="input.received").count() == 1
     assert message_statuses(conversation_id) == ["STARTED", "STARTED"]
-    # and a message while it waits for the plan's confirmation queues as before
-    queued = say(alice, conversation_id, "thanks")
+    # and the agent went on with the answer
+    worker.tick()
+    run.refresh_from_db()
+    assert (run.status, run.result) == (RunStatus.COMPLETED, "Parcel PCL-1 is in transit.")
+
+
+def test_a_message_while_the_agent_waits_for_no_answer_of_the_chat_queues(parcel_shop, pat):
+    # given: the agent waits for pat's sign-off (tests/extension_app/signoff.py), which a
+    # message of the conversation does not give
+    factories.release_publish(
+        merchant=parcel_shop, model=f"scripted:{signoff.SCRIPT}", tools=[signoff.TOOL]
+    )
+    conversation_id = conversation_open(pat)
+    run_id = say(pat, conversation_id, "Leave it with the neighbour").json()["run_id"]
+    worker.tick()
+    run = AgentRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.WAITING_USER
+    assert run.wait_state["kind"] == "signoff"
+
+    # when: pat writes in the conversation meanwhile
+    queued = say(pat, conversation_id, "thanks")
+
+    # then: the message queues behind the run, which still waits
     assert queued.json()["message"]["status"] == "QUEUED"
+    assert queued.json()["run_id"] is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING_USER
+    assert not RunEvent.objects.filter(run=run, type="input.received").exists()

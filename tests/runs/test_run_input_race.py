@@ -6,27 +6,34 @@ from rest_framework.test import APIClient
 
 from agentportal.models import Merchant
 from runs import worker
-from runs.models import RunEvent, RunInput, RunStatus
+from runs.models import AgentRun, RunEvent, RunInput, RunStatus
 from tests import factories
+from tests.runs.conversation_helpers import asking_agent
 from tests.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_resume_same_run_atomic_idempotency_and_event(demo):
-    # given: a run waiting for the customer's answer, and eight clients of hers
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(
-        customer=alice, merchant=demo, message="I want to exchange my shoes for size 43"
-    )
+def _asking(monkeypatch, shop: Merchant) -> tuple[AgentRun, str]:
+    """pat's run waiting for the answer to the agent's question (which parcel?), and a key of
+    pat's."""
+    asking_agent(monkeypatch, shop)
+    pat = User.objects.get(username="pat")
+    run = factories.run_queue(customer=pat, merchant=shop, message="Where is my parcel?")
     worker.tick()
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING_USER
-    key = factories.api_key_for(alice, Merchant.objects.get(slug="demo-shop"))
+    assert run.wait_state["kind"] == "clarification"
+    return run, factories.api_key_for(pat, shop)
+
+
+def test_resume_same_run_atomic_idempotency_and_event(monkeypatch, parcel_shop):
+    # given: a run waiting for the customer's answer, and eight clients of theirs
+    run, key = _asking(monkeypatch, parcel_shop)
     body = {
         "interrupt_id": run.wait_state["interrupt_id"],
         "run_version": run.version,
-        "text": "It is ORD-1002",
+        "text": "It is PCL-1",
     }
 
     def send():
@@ -52,12 +59,8 @@ def test_resume_same_run_atomic_idempotency_and_event(demo):
     assert run.version == body["run_version"] + 1
 
 
-def test_racing_inputs_with_different_keys_resume_once(demo):
-    alice = User.objects.get(username="alice")
-    run = factories.run_queue(customer=alice, merchant=demo, message="exchange size 43 please")
-    worker.tick()
-    run.refresh_from_db()
-    key = factories.api_key_for(alice, Merchant.objects.get(slug="demo-shop"))
+def test_racing_inputs_with_different_keys_resume_once(monkeypatch, parcel_shop):
+    run, key = _asking(monkeypatch, parcel_shop)
 
     def send(index: int):
         client = APIClient()
@@ -67,7 +70,7 @@ def test_racing_inputs_with_different_keys_resume_once(demo):
             {
                 "interrupt_id": run.wait_state["interrupt_id"],
                 "run_version": run.version,
-                "text": f"ORD-100{index % 5 + 1}",
+                "text": f"PCL-{index % 5 + 1}",
             },
             format="json",
             HTTP_IDEMPOTENCY_KEY=f"key-{index}",

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from runs import extensions
 from runs.llm import DeltaSink, Messages, ModelResponse, ToolCall, ToolSchemas
+from runs.tools import TOOLS, Policy
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,9 @@ class Transcript:
                     results[name] = {"error": str(message.get("content"))}
                 all_results.setdefault(name, []).append(results[name])
         text = said[0] if said else ""
-        answer = results.get("request_clarification", {}).get("answer")
+        answer = next(
+            (result.get("answer") for name, result in results.items() if _asks(name)), None
+        )
         if answer:
             # The customer's answer to the agent's question is part of what they said.
             text = f"{text}\n{answer}"
@@ -62,6 +65,12 @@ class Transcript:
             calls_so_far=calls_so_far,
             all_results=all_results,
         )
+
+
+def _asks(tool_name: str) -> bool:
+    """Whether the tool asks the customer a question: its result holds their answer."""
+    tool = TOOLS.get(tool_name)
+    return tool is not None and tool.policy == Policy.CLARIFICATION
 
 
 def _tokens(text: str) -> int:

@@ -23,3 +23,4 @@ class ExtensionAppConfig(AppConfig):
         extensions.script_register(parcels.parcels_script, name=parcels.SCRIPT)
         tool_register(parcels.TRACK_PARCEL)
         tool_register(parcels.FIND_LOCKER)
+        tool_register(parcels.ASK_WHICH_PARCEL)

@@ -16,8 +16,18 @@ from tests.extension_app.models import Parcel
 SCRIPT = "parcels"
 TRACK = "track_parcel"
 LOCKER = "find_locker"
+ASK = "ask_which_parcel"
+# What shop_create's agent may call; a release that declares ASK too asks the customer which
+# parcel they mean when they named none.
 TOOLS = [TRACK, LOCKER]
+QUESTION = "Which parcel is this about?"
 PARCEL_NUMBER = re.compile(r"\bPCL-\d{1,12}\b", re.IGNORECASE)
+
+
+class Question(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=200)
 
 
 class ParcelArgs(BaseModel):
@@ -51,10 +61,13 @@ def find_locker(args: ParcelArgs, context: ToolContext) -> dict[str, Any]:
 
 
 def parcels_script(turn: Transcript, declared: set[str]) -> str | tuple[str, dict[str, Any]]:
-    """Track the parcel the customer names; find a locker for it when they ask for one."""
+    """Track the parcel the customer names (asking which, when they named none and the
+    release lets the agent ask); find a locker for it when they ask for one."""
     found = next(filter(None, (PARCEL_NUMBER.search(text) for text in turn.said)), None)
     if found is None:
-        return "Which parcel is this about? Please tell me its number, like PCL-1."
+        if ASK in declared and ASK not in turn.results:
+            return (ASK, {"question": QUESTION})
+        return f"{QUESTION} Please tell me its number, like PCL-1."
     number = found.group(0).upper()
     if TRACK not in turn.results:
         return (TRACK, {"parcel_id": number})
@@ -89,4 +102,10 @@ FIND_LOCKER = Tool(
     executor=find_locker,
     blocking=True,
     progress="Looking for a locker…",
+)
+ASK_WHICH_PARCEL = Tool(
+    name=ASK,
+    description="Ask the customer which parcel they mean, and wait for the answer.",
+    args_model=Question,
+    policy=Policy.CLARIFICATION,
 )

@@ -8,11 +8,10 @@ from runs import worker
 from runs.models import AgentRun, Conversation, ConversationMessage, RunEvent, RunStatus
 from runs.services import LostRun, StepCommit
 from tests import factories
-from tests.extension_app import signoff
+from tests.extension_app import parcels, signoff
 from tests.runs import helpers
 from tests.runs.conversation_helpers import (
     FOLLOW_UP,
-    QUESTION,
     STATUS,
     asking_agent,
     conversation_open,
@@ -227,18 +226,16 @@ def test_another_customers_conversation_is_404(parcel_shop, api, pat):
     )
 
 
-def test_a_message_answers_the_agents_question_and_resumes_the_same_run(
-    monkeypatch, parcel_shop, pat
-):
+def test_a_message_answers_the_agents_question_and_resumes_the_same_run(parcel_shop, pat):
     # given: the agent asked which parcel pat means
-    asking_agent(monkeypatch, parcel_shop)
+    asking_agent(parcel_shop)
     conversation_id = conversation_open(pat)
     asked = say(pat, conversation_id, "My parcel has not arrived yet").json()
     worker.tick()
     run = AgentRun.objects.get(pk=asked["run_id"])
     assert run.status == RunStatus.WAITING_USER
     assert run.wait_state["kind"] == "clarification"
-    assert run.wait_state["payload"] == {"question": QUESTION}
+    assert run.wait_state["payload"] == {"question": parcels.QUESTION}
 
     # when: the customer writes the answer into the conversation
     answer = say(pat, conversation_id, "It is PCL-1")

@@ -14,10 +14,10 @@ from tests.threads import in_threads
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _asking(monkeypatch, shop: Merchant) -> tuple[AgentRun, str]:
+def _asking(shop: Merchant) -> tuple[AgentRun, str]:
     """pat's run waiting for the answer to the agent's question (which parcel?), and a key of
     pat's."""
-    asking_agent(monkeypatch, shop)
+    asking_agent(shop)
     pat = User.objects.get(username="pat")
     run = factories.run_queue(customer=pat, merchant=shop, message="Where is my parcel?")
     worker.tick()
@@ -27,9 +27,9 @@ def _asking(monkeypatch, shop: Merchant) -> tuple[AgentRun, str]:
     return run, factories.api_key_for(pat, shop)
 
 
-def test_resume_same_run_atomic_idempotency_and_event(monkeypatch, parcel_shop):
+def test_resume_same_run_atomic_idempotency_and_event(parcel_shop):
     # given: a run waiting for the customer's answer, and eight clients of theirs
-    run, key = _asking(monkeypatch, parcel_shop)
+    run, key = _asking(parcel_shop)
     body = {
         "interrupt_id": run.wait_state["interrupt_id"],
         "run_version": run.version,
@@ -59,8 +59,8 @@ def test_resume_same_run_atomic_idempotency_and_event(monkeypatch, parcel_shop):
     assert run.version == body["run_version"] + 1
 
 
-def test_racing_inputs_with_different_keys_resume_once(monkeypatch, parcel_shop):
-    run, key = _asking(monkeypatch, parcel_shop)
+def test_racing_inputs_with_different_keys_resume_once(parcel_shop):
+    run, key = _asking(parcel_shop)
 
     def send(index: int):
         client = APIClient()

@@ -1,6 +1,6 @@
 """Hundreds of runs in flight while models think: the real django-q2 cluster and the real openai
-client against a slow OpenAI-compatible endpoint on loopback (approvals.bench.model_stub), which
-counts the calls it holds at once."""
+client against a slow OpenAI-compatible endpoint on loopback (the `stub` fixture), which counts
+the calls it holds at once."""
 
 import os
 import signal
@@ -9,16 +9,29 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from approvals.bench.model_stub import ModelStub
+from agentportal.models import Merchant
 from runs import services
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStatus
 from tests import factories
 from tests.conftest import wait_for
+from tests.extension_app import parcels
 from tests.product import manage
+from tests.runs.helpers import STATUS_QUESTION, customer_with_parcel, queue
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
-QUESTION = "What is the status of order ORD-1001?"
+QUESTION = STATUS_QUESTION.format(parcel="PCL-1")
+
+
+@pytest.fixture
+def shop(db) -> Merchant:
+    """A shop whose agent is the OpenAI-compatible endpoint of OPENAI_BASE_URL, with the parcel
+    tools declared, and its customer pat, whose parcel PCL-1 is on its way:
+    `api("pat", merchant="endpoint-shop")` asks as pat."""
+    shop = factories.merchant_create(slug="endpoint-shop")
+    factories.release_publish(merchant=shop, model="openai", tools=parcels.TOOLS)
+    customer_with_parcel(shop, "PCL-1", username="pat")
+    return shop
 
 
 @pytest.fixture
@@ -27,16 +40,13 @@ def many_open_runs(settings):
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "MAX_OPEN_RUNS_PER_ACCOUNT": 10_000}
 
 
-def _openai(endpoint: ModelStub, **env: str) -> dict[str, str]:
-    return {"AGENTPORTAL_MODEL": "openai", "OPENAI_BASE_URL": endpoint.base_url, **env}
+def _openai(endpoint, **env: str) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": endpoint.base_url, **env}
 
 
-def _queue(demo, count: int) -> list:
-    alice = User.objects.get(username="alice")
-    return [
-        factories.run_queue(customer=alice, merchant=demo, message=QUESTION).pk
-        for _ in range(count)
-    ]
+def _queue(shop, count: int) -> list:
+    pat = User.objects.get(username="pat")
+    return [queue(pat, shop, "PCL-1").pk for _ in range(count)]
 
 
 def _all_finished(run_ids) -> bool:
@@ -49,14 +59,14 @@ def _statuses(run_ids) -> set[str]:
 
 @pytest.mark.usefixtures("many_open_runs")
 def test_two_hundred_runs_wait_on_the_model_at_once_and_all_complete(
-    demo, cluster, stub, admin_client
+    shop, cluster, stub, admin_client
 ):
     # given a shop with room for all of them and an endpoint that takes 4 s a call (the
     # workers report what they hold every 2 s)
-    demo.max_running_runs = 256
-    demo.save(update_fields=["max_running_runs"])
+    shop.max_running_runs = 256
+    shop.save(update_fields=["max_running_runs"])
     endpoint = stub(latency=4.0, text_only=True)
-    run_ids = _queue(demo, 200)
+    run_ids = _queue(shop, 200)
 
     # when two worker processes take them, /healthz watched meanwhile by a superuser
     cluster(workers=2, env=_openai(endpoint))
@@ -84,22 +94,22 @@ def test_two_hundred_runs_wait_on_the_model_at_once_and_all_complete(
 
 @pytest.mark.usefixtures("many_open_runs")
 def test_stop_among_two_hundred_calls_in_flight_commits_nothing_of_the_late_answer(
-    demo, api, cluster, stub
+    shop, api, cluster, stub
 ):
-    # given 200 runs waiting on a 3-second model, one of them in alice's conversation
-    demo.max_running_runs = 256
-    demo.save(update_fields=["max_running_runs"])
+    # given 200 runs waiting on a 3-second model, one of them in pat's conversation
+    shop.max_running_runs = 256
+    shop.save(update_fields=["max_running_runs"])
     endpoint = stub(latency=3.0, text_only=True)
-    alice = api("alice")
-    conversation = alice.post("/api/v1/conversations", {}, format="json").json()["id"]
+    pat = api("pat", merchant="endpoint-shop")
+    conversation = pat.post("/api/v1/conversations", {}, format="json").json()["id"]
     messages = f"/api/v1/conversations/{conversation}/messages"
-    stopped = alice.post(messages, {"text": QUESTION}, format="json").json()["run_id"]
-    others = _queue(demo, 199)
+    stopped = pat.post(messages, {"text": QUESTION}, format="json").json()["run_id"]
+    others = _queue(shop, 199)
     cluster(workers=2, env=_openai(endpoint))
     wait_for(lambda: endpoint.in_flight >= 150, timeout=60, interval=0.05)
 
-    # when alice says /stop
-    answer = alice.post(messages, {"text": "/stop"}, format="json")
+    # when pat says /stop
+    answer = pat.post(messages, {"text": "/stop"}, format="json")
 
     # then it is cancelled at once; once every late answer came, none of it landed there
     assert answer.status_code == 200
@@ -115,14 +125,14 @@ def test_stop_among_two_hundred_calls_in_flight_commits_nothing_of_the_late_answ
 
 @pytest.mark.usefixtures("many_open_runs")
 def test_a_worker_killed_with_two_hundred_calls_in_flight_loses_no_run_and_no_attempt(
-    demo, cluster, stub
+    shop, cluster, stub
 ):
     # given 200 runs in flight on a cluster with short leases
-    demo.max_running_runs = 256
-    demo.save(update_fields=["max_running_runs"])
+    shop.max_running_runs = 256
+    shop.save(update_fields=["max_running_runs"])
     endpoint = stub(latency=2.0, text_only=True)
     env = _openai(endpoint, AGENTPORTAL_LEASE_SECONDS="4")
-    run_ids = _queue(demo, 200)
+    run_ids = _queue(shop, 200)
     first = cluster(workers=2, env=env)
     wait_for(lambda: endpoint.in_flight >= 100, timeout=60, interval=0.05)
 
@@ -149,11 +159,11 @@ def test_a_worker_killed_with_two_hundred_calls_in_flight_loses_no_run_and_no_at
 
 
 @pytest.mark.usefixtures("many_open_runs")
-def test_an_endpoint_that_asks_for_pauses_slows_calls_down_and_fails_no_run(demo, cluster, stub):
+def test_an_endpoint_that_asks_for_pauses_slows_calls_down_and_fails_no_run(shop, cluster, stub):
     # given an endpoint that answers 429 with Retry-After: 1 for its first 3 seconds
     endpoint = stub(latency=0.2, text_only=True)
     endpoint.throttle(seconds=3, retry_after=1)
-    run_ids = _queue(demo, 20)
+    run_ids = _queue(shop, 20)
 
     # when the cluster runs them
     cluster(workers=2, env=_openai(endpoint))
@@ -168,12 +178,12 @@ def test_an_endpoint_that_asks_for_pauses_slows_calls_down_and_fails_no_run(demo
 
 
 @pytest.mark.usefixtures("many_open_runs")
-def test_a_shop_of_capacity_two_never_has_more_than_two_calls_running(demo, cluster, stub):
+def test_a_shop_of_capacity_two_never_has_more_than_two_calls_running(shop, cluster, stub):
     # given a shop of capacity 2 with 100 queued runs, and workers with 256 free slots each
-    demo.max_running_runs = 2
-    demo.save(update_fields=["max_running_runs"])
+    shop.max_running_runs = 2
+    shop.save(update_fields=["max_running_runs"])
     endpoint = stub(latency=0.1, text_only=True)
-    run_ids = _queue(demo, 100)
+    run_ids = _queue(shop, 100)
 
     # when the cluster runs them, counting what runs at each moment
     cluster(workers=2, env=_openai(endpoint))
@@ -206,12 +216,12 @@ def test_a_bad_in_flight_setting_stops_the_worker_at_start_naming_it(variable, v
 
 @pytest.mark.usefixtures("many_open_runs")
 def test_the_runs_of_a_killed_worker_process_finish_elsewhere_before_their_leases_expire(
-    demo, cluster, stub
+    shop, cluster, stub
 ):
     # given two worker processes of four slots each, every slot waiting on a slow model call,
     # and more runs waiting: the surviving process stays busy
     endpoint = stub(latency=8, text_only=True)
-    runs = _queue(demo, 16)
+    runs = _queue(shop, 16)
     cluster(workers=2, env=_openai(endpoint, AGENTPORTAL_WORKER_IN_FLIGHT="4"))
     running = AgentRun.objects.filter(pk__in=runs, status=RunStatus.RUNNING)
     wait_for(lambda: running.values("lease_holder").distinct().count() == 2, timeout=60)

@@ -11,16 +11,14 @@ from django.utils import timezone
 from runs import worker
 from runs.metrics import Counter
 from runs.models import AgentRun, ModelAttempt, RunEvent, RunInput, RunStatus
-from tests import factories
+from tests.runs.helpers import queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STATUS = "What is the status of order ORD-1001?"
 
-
-def _finished_run(demo, *, days_ago: float) -> AgentRun:
-    alice = demo.memberships.get(user__username="alice").user
-    run = factories.run_queue(customer=alice, merchant=demo, message=STATUS)
+def _finished_run(shop, *, days_ago: float) -> AgentRun:
+    pat = shop.memberships.get(user__username="pat").user
+    run = queue(pat, shop, "PCL-1")
     worker.tick()
     RunInput.objects.create(run=run, interrupt_id=f"i-{run.pk}", idempotency_key="k", kind="x")
     moment = timezone.now() - timedelta(days=days_ago)
@@ -43,11 +41,11 @@ def _prune(*args: str) -> str:
     return out.getvalue()
 
 
-def test_prune_deletes_the_records_of_old_finished_runs_in_batches_and_keeps_the_rest(demo):
+def test_prune_deletes_the_records_of_old_finished_runs_in_batches_and_keeps_the_rest(parcel_shop):
     # given five runs finished 100 days ago, one 10 days ago, and an old one still waiting
-    old = [_finished_run(demo, days_ago=100) for _ in range(5)]
-    recent = _finished_run(demo, days_ago=10)
-    waiting = _finished_run(demo, days_ago=100)
+    old = [_finished_run(parcel_shop, days_ago=100) for _ in range(5)]
+    recent = _finished_run(parcel_shop, days_ago=10)
+    waiting = _finished_run(parcel_shop, days_ago=100)
     AgentRun.objects.filter(pk=waiting.pk).update(status=RunStatus.WAITING_USER, finished_at=None)
     kept = {run.pk: _records(run) for run in (recent, waiting)}
     events, attempts, _inputs = (sum(counts) for counts in zip(*map(_records, old), strict=True))
@@ -82,11 +80,11 @@ def test_prune_refuses_an_age_it_cannot_read(older_than):
         _prune(f"--older-than={older_than}")
 
 
-def test_input_receipts_are_kept_a_day_whatever_the_age_given(demo):
+def test_input_receipts_are_kept_a_day_whatever_the_age_given(parcel_shop):
     # given a run finished 13 hours ago and one finished 25 hours ago, each with the receipt of
     # an input (an idempotency key a client may still retry)
-    recent = _finished_run(demo, days_ago=13 / 24)
-    day_old = _finished_run(demo, days_ago=25 / 24)
+    recent = _finished_run(parcel_shop, days_ago=13 / 24)
+    day_old = _finished_run(parcel_shop, days_ago=25 / 24)
 
     # when pruned past 12 hours
     output = _prune("--older-than", "12h")

@@ -9,25 +9,24 @@ from django.contrib.auth.models import User
 from runs import services, worker
 from runs.models import AgentRun, RunEvent, RunStatus, ToolExecution
 from runs.tools import TOOLS
-from tests import factories
+from tests.runs.helpers import LOCKER_QUESTION, STATUS_QUESTION, queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def short_tool_timeout(settings):
-    settings.AGENTPORTAL = {
-        **settings.AGENTPORTAL,
-        "TOOL_TIMEOUT_SECONDS": 0.3,
-        "STOCK_LATENCY_SECONDS": 60,
-    }
+def short_tool_timeout(settings, locker_latency):
+    settings.AGENTPORTAL = {**settings.AGENTPORTAL, "TOOL_TIMEOUT_SECONDS": 0.3}
+    locker_latency(60)
 
 
-def test_a_tool_past_its_time_limit_is_abandoned_and_the_model_explains(demo, short_tool_timeout):
-    # given a stock check that would take a minute, and a quick question beside it
-    alice = User.objects.get(username="alice")
-    slow = factories.run_queue(customer=alice, merchant=demo, message="Is ORD-1002 in stock?")
-    quick = factories.run_queue(customer=alice, merchant=demo, message="Status of ORD-1001?")
+def test_a_tool_past_its_time_limit_is_abandoned_and_the_model_explains(
+    parcel_shop, short_tool_timeout
+):
+    # given a locker search that would take a minute, and a quick question beside it
+    pat = User.objects.get(username="pat")
+    slow = queue(pat, parcel_shop, "PCL-1", LOCKER_QUESTION)
+    quick = queue(pat, parcel_shop, "PCL-1", STATUS_QUESTION)
 
     # when one worker executes both
     worker.run_slices(services.runs_claim(limit=2))
@@ -36,28 +35,28 @@ def test_a_tool_past_its_time_limit_is_abandoned_and_the_model_explains(demo, sh
     slow.refresh_from_db()
     quick.refresh_from_db()
     assert (slow.status, quick.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
-    [stock] = ToolExecution.objects.filter(run=slow, tool="check_stock")
-    assert stock.result["timed_out"] is True
+    [locker] = ToolExecution.objects.filter(run=slow, tool="find_locker")
+    assert locker.result["timed_out"] is True
     assert "took longer than 0.3 seconds" in slow.result
     # and the quick run did not wait for it: it finished before the slow call's limit
-    assert quick.finished_at < stock.created_at
+    assert quick.finished_at < locker.created_at
 
 
 def test_a_tool_may_declare_a_shorter_limit_than_the_setting(settings):
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "TOOL_TIMEOUT_SECONDS": 30}
-    stock = TOOLS["check_stock"]
+    locker = TOOLS["find_locker"]
 
-    assert stock.timeout() == 30
-    assert dataclasses.replace(stock, timeout_seconds=5).timeout() == 5
-    assert dataclasses.replace(stock, timeout_seconds=90).timeout() == 30
+    assert locker.timeout() == 30
+    assert dataclasses.replace(locker, timeout_seconds=5).timeout() == 5
+    assert dataclasses.replace(locker, timeout_seconds=90).timeout() == 30
 
 
-def test_the_timed_out_call_is_recorded_once_on_its_timeline(demo, short_tool_timeout):
-    alice = User.objects.get(username="alice")
-    slow = factories.run_queue(customer=alice, merchant=demo, message="Is ORD-1002 in stock?")
+def test_the_timed_out_call_is_recorded_once_on_its_timeline(parcel_shop, short_tool_timeout):
+    pat = User.objects.get(username="pat")
+    slow = queue(pat, parcel_shop, "PCL-1", LOCKER_QUESTION)
 
     worker.run_slices(services.runs_claim(limit=1))
 
-    results = RunEvent.objects.filter(run=slow, type="tool.result", data__tool="check_stock")
+    results = RunEvent.objects.filter(run=slow, type="tool.result", data__tool="find_locker")
     assert [event.data["status"] for event in results] == ["FAILED"]
     assert AgentRun.objects.get(pk=slow.pk).status == RunStatus.COMPLETED

@@ -11,15 +11,15 @@ from runs import extensions, services, worker
 from runs.metrics import Counter
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunEvent, RunStatus, ToolExecution
 from runs.services import LostRun
-from tests import factories
 from tests.conftest import wait_for
 from tests.runs import helpers
 from tests.runs.helpers import (
-    STOCK_QUESTION,
+    LOCKER_QUESTION,
     assert_completed_once,
     assert_timeline_contiguous,
-    customer_with_order,
+    customer_with_parcel,
     queue,
+    shop_create,
     tool_started,
     types,
 )
@@ -31,8 +31,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _queued(shop, count: int, question: str | None = None) -> list[AgentRun]:
     runs = []
     for index in range(count):
-        number = f"ORD-8{index:02d}"
-        customer = customer_with_order(shop, number)
+        number = f"PCL-8{index:02d}"
+        customer = customer_with_parcel(shop, number)
         if question is None:
             runs.append(queue(customer, shop, number))
         else:
@@ -42,7 +42,7 @@ def _queued(shop, count: int, question: str | None = None) -> list[AgentRun]:
 
 def test_a_batch_completes_every_run_with_one_commit_per_round():
     # given: six plain runs claimed together
-    shop = factories.merchant_create(max_running_runs=8)
+    shop = shop_create(max_running_runs=8)
     runs = _queued(shop, 6)
     leases = services.runs_claim(limit=8)
     assert sorted(str(lease.run_id) for lease in leases) == sorted(str(run.pk) for run in runs)
@@ -51,7 +51,7 @@ def test_a_batch_completes_every_run_with_one_commit_per_round():
     with Counter().counting() as counter:
         worker.run_slices(leases)
 
-    # then: three rounds (model, lookup_order, model), one commit each, for all six runs
+    # then: three rounds (model, track_parcel, model), one commit each, for all six runs
     assert counter.commits == 3
     for run in runs:
         assert_completed_once(run.pk)
@@ -59,14 +59,14 @@ def test_a_batch_completes_every_run_with_one_commit_per_round():
             ModelAttempt.objects.filter(run=run).order_by("step").values_list("step", "status")
         ) == [(0, AttemptStatus.RESPONDED), (2, AttemptStatus.RESPONDED)]
         assert list(ToolExecution.objects.filter(run=run).values_list("tool", flat=True)) == [
-            "lookup_order"
+            "track_parcel"
         ]
 
 
 @pytest.mark.parametrize("capacity", [3, 5])
 def test_racing_batch_claims_never_exceed_the_shops_capacity(capacity):
     # given
-    shop = factories.merchant_create(max_running_runs=capacity)
+    shop = shop_create(max_running_runs=capacity)
     _queued(shop, 9)
 
     # when: four workers each claim a batch at once
@@ -80,7 +80,7 @@ def test_racing_batch_claims_never_exceed_the_shops_capacity(capacity):
 
 def test_a_run_cancelled_in_a_batch_commits_nothing_while_the_others_complete():
     # given: a batch of three, one of which a customer stops before its first commit
-    shop = factories.merchant_create()
+    shop = shop_create()
     first, stopped, last = _queued(shop, 3)
     leases = services.runs_claim(limit=3)
     services.run_cancel(run=AgentRun.objects.get(pk=stopped.pk))
@@ -101,7 +101,7 @@ def test_a_run_cancelled_in_a_batch_commits_nothing_while_the_others_complete():
 
 def test_a_commit_that_fails_is_its_own_runs_and_the_batch_goes_on(monkeypatch):
     # given: a finish hook that breaks on one run of the batch
-    shop = factories.merchant_create()
+    shop = shop_create()
     first, broken, last = _queued(shop, 3)
 
     def hook(run, previous):
@@ -129,23 +129,23 @@ def test_a_commit_that_fails_is_its_own_runs_and_the_batch_goes_on(monkeypatch):
     assert_timeline_contiguous(broken.pk)
 
 
-def test_a_slow_call_does_not_hold_up_the_other_runs_of_its_batch(stock_latency):
-    # given: a batch with a run inside a slow stock check and two plain runs
-    stock_latency(10)
-    shop = factories.merchant_create()
-    [slow] = _queued(shop, 1, STOCK_QUESTION)
-    plain = [queue(customer_with_order(shop, f"ORD-9{i}"), shop, f"ORD-9{i}") for i in range(2)]
+def test_a_slow_call_does_not_hold_up_the_other_runs_of_its_batch(locker_latency):
+    # given: a batch with a run inside a slow locker search and two plain runs
+    locker_latency(10)
+    shop = shop_create()
+    [slow] = _queued(shop, 1, LOCKER_QUESTION)
+    plain = [queue(customer_with_parcel(shop, f"PCL-9{i}"), shop, f"PCL-9{i}") for i in range(2)]
     busy = Background(worker.tick)
 
-    # when: the plain runs finish while the stock check is still running
-    wait_for(tool_started(slow.pk, "check_stock"), timeout=10, interval=0.02)
+    # when: the plain runs finish while the locker search is still running
+    wait_for(tool_started(slow.pk, "find_locker"), timeout=10, interval=0.02)
     wait_for(
         lambda: all(AgentRun.objects.get(pk=run.pk).is_finished for run in plain),
         timeout=8,
         interval=0.02,
     )
     assert AgentRun.objects.get(pk=slow.pk).status == RunStatus.RUNNING
-    assert not RunEvent.objects.filter(run=slow, type="tool.result", data__tool="check_stock")
+    assert not RunEvent.objects.filter(run=slow, type="tool.result", data__tool="find_locker")
 
     # then: stopping the slow run lets the worker go; the plain runs were done long before
     services.run_cancel(run=AgentRun.objects.get(pk=slow.pk))
@@ -153,19 +153,19 @@ def test_a_slow_call_does_not_hold_up_the_other_runs_of_its_batch(stock_latency)
     for run in plain:
         assert_completed_once(run.pk)
     assert types(slow.pk)[-1] == "run.cancelled"
-    assert not ToolExecution.objects.filter(run=slow, tool="check_stock").exists()
+    assert not ToolExecution.objects.filter(run=slow, tool="find_locker").exists()
 
 
-def test_runs_queued_later_join_a_batch_while_a_slow_call_holds_one_of_it(stock_latency):
-    # given: a worker whose only run is inside a slow stock check
-    stock_latency(10)
-    shop = factories.merchant_create()
-    [slow] = _queued(shop, 1, STOCK_QUESTION)
+def test_runs_queued_later_join_a_batch_while_a_slow_call_holds_one_of_it(locker_latency):
+    # given: a worker whose only run is inside a slow locker search
+    locker_latency(10)
+    shop = shop_create()
+    [slow] = _queued(shop, 1, LOCKER_QUESTION)
     busy = Background(worker.tick)
-    wait_for(tool_started(slow.pk, "check_stock"), timeout=10, interval=0.02)
+    wait_for(tool_started(slow.pk, "find_locker"), timeout=10, interval=0.02)
 
     # when: more runs are queued
-    later = [queue(customer_with_order(shop, f"ORD-7{i}"), shop, f"ORD-7{i}") for i in range(3)]
+    later = [queue(customer_with_parcel(shop, f"PCL-7{i}"), shop, f"PCL-7{i}") for i in range(3)]
 
     # then: the same worker completes them while the call still runs
     wait_for(
@@ -183,7 +183,7 @@ def test_runs_queued_later_join_a_batch_while_a_slow_call_holds_one_of_it(stock_
 def test_a_tick_whose_claim_budget_is_spent_claims_no_more_and_hands_over(settings, monkeypatch):
     # given: queued runs and a tick whose claim budget is spent
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "TICK_CLAIM_SECONDS": 0}
-    shop = factories.merchant_create()
+    shop = shop_create()
     runs = _queued(shop, 3)
     handed_over = []
     monkeypatch.setattr(services, "tick_enqueue", lambda count=1: handed_over.append(count))
@@ -199,8 +199,8 @@ def test_a_tick_whose_claim_budget_is_spent_claims_no_more_and_hands_over(settin
 
 def test_a_batch_claim_gives_a_shop_its_reserved_slots_then_the_fair_order():
     # given: a shop with two reserved slots, scheduled just now, and a never-scheduled shop
-    plain = factories.merchant_create()
-    reserved = factories.merchant_create(reserved_slots=2, last_scheduled_at=timezone.now())
+    plain = shop_create()
+    reserved = shop_create(reserved_slots=2, last_scheduled_at=timezone.now())
     plain_runs = _queued(plain, 4)
     reserved_runs = _queued(reserved, 4)
 
@@ -218,7 +218,7 @@ def test_a_batch_claim_gives_a_shop_its_reserved_slots_then_the_fair_order():
 
 def test_a_worker_whose_lease_expired_commits_nothing_even_unchallenged():
     # given: a claimed run whose lease expired while nobody else claimed it
-    shop = factories.merchant_create()
+    shop = shop_create()
     [run] = _queued(shop, 1)
     lease = helpers.run_claim()
     AgentRun.objects.filter(pk=run.pk).update(
@@ -235,7 +235,7 @@ def test_a_worker_whose_lease_expired_commits_nothing_even_unchallenged():
 
 def test_a_database_error_in_a_commit_hands_the_run_back_to_the_queue(monkeypatch):
     # given: a run whose last commit meets a passing database error (a deadlock, a timeout)
-    shop = factories.merchant_create()
+    shop = shop_create()
     [run] = _queued(shop, 1)
     broken = [True]
 
@@ -259,7 +259,7 @@ def test_a_database_error_in_a_commit_hands_the_run_back_to_the_queue(monkeypatc
 
 def test_a_worker_that_fails_itself_hands_its_runs_back_at_once(monkeypatch):
     # given: a batch whose worker breaks between rounds (not in any run's step)
-    shop = factories.merchant_create()
+    shop = shop_create()
     runs = _queued(shop, 3)
     commit = services.runs_step_commit
     rounds = []
@@ -285,7 +285,7 @@ def test_a_worker_that_fails_itself_hands_its_runs_back_at_once(monkeypatch):
 
 def test_a_database_error_that_is_a_bug_parks_the_run_for_an_operator(monkeypatch):
     # given: a commit that meets a database error no retry would cure
-    shop = factories.merchant_create()
+    shop = shop_create()
     [run] = _queued(shop, 1)
 
     def hook(finished, previous):
@@ -303,8 +303,8 @@ def test_a_database_error_that_is_a_bug_parks_the_run_for_an_operator(monkeypatc
 
 def test_a_batch_claim_shares_its_room_among_the_shops_in_the_fair_order():
     # given: two shops with more queued runs than the batch has room for
-    first = factories.merchant_create(max_running_runs=20)
-    second = factories.merchant_create(
+    first = shop_create(max_running_runs=20)
+    second = shop_create(
         max_running_runs=20, last_scheduled_at=timezone.now() - timedelta(minutes=1)
     )
     first_runs = _queued(first, 10)
@@ -320,7 +320,7 @@ def test_a_batch_claim_shares_its_room_among_the_shops_in_the_fair_order():
 
 def test_batch_claims_take_turns_at_the_run_that_does_not_divide_evenly():
     # given: three shops with room for all their runs, each with more queued than a claim deals
-    shops = [factories.merchant_create(max_running_runs=20) for _ in range(3)]
+    shops = [shop_create(max_running_runs=20) for _ in range(3)]
     for shop in shops:
         _queued(shop, 6)
 
@@ -340,12 +340,12 @@ def test_batch_claims_take_turns_at_the_run_that_does_not_divide_evenly():
     assert sorted(seconds) == sorted(shop.pk for shop in shops)
 
 
-def test_a_slow_call_longer_than_the_lease_keeps_its_run(settings, stock_latency):
-    # given: a lease shorter than the warehouse's stock check
+def test_a_slow_call_longer_than_the_lease_keeps_its_run(settings, locker_latency):
+    # given: a lease shorter than the carrier's locker search
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "LEASE_SECONDS": 1.0}
-    stock_latency(2)
-    shop = factories.merchant_create()
-    [run] = _queued(shop, 1, STOCK_QUESTION)
+    locker_latency(2)
+    shop = shop_create()
+    [run] = _queued(shop, 1, LOCKER_QUESTION)
 
     # when
     worker.tick()
@@ -353,7 +353,7 @@ def test_a_slow_call_longer_than_the_lease_keeps_its_run(settings, stock_latency
     # then: the worker renewed the lease while it waited, and finished the run in one go
     assert_completed_once(run.pk)
     assert types(run.pk).count("run.started") == 1
-    assert ToolExecution.objects.filter(run=run, tool="check_stock").count() == 1
+    assert ToolExecution.objects.filter(run=run, tool="find_locker").count() == 1
 
 
 def _run_end_hook_add(monkeypatch, hook) -> None:

@@ -24,23 +24,23 @@ def test_stored_waits_and_release_models_survive_the_upgrade():
     AgentRun = old.get_model("runs", "AgentRun")
     AgentRelease = old.get_model("runs", "AgentRelease")
     shop = Merchant.objects.create(slug="old-shop", name="Old shop")
-    alice = User.objects.create(username="old-alice")
+    pat = User.objects.create(username="old-pat")
     core = {"tool_name": "t", "tool_key": "agent:x:1:0", "tool_args": {}}
     asked = AgentRun.objects.create(
         merchant=shop,
-        account=alice,
+        account=pat,
         wait_state={
             "interrupt_id": "int-1",
             "kind": "clarification",
             **core,
-            "question": "Which order?",
+            "question": "Which parcel?",
             "ticket_id": None,
             "proposal_version": None,
         },
     )
     planned = AgentRun.objects.create(
         merchant=shop,
-        account=alice,
+        account=pat,
         wait_state={
             "interrupt_id": "int-2",
             "kind": "confirmation",
@@ -50,7 +50,7 @@ def test_stored_waits_and_release_models_survive_the_upgrade():
             "proposal_version": 2,
         },
     )
-    idle = AgentRun.objects.create(merchant=shop, account=alice)
+    idle = AgentRun.objects.create(merchant=shop, account=pat)
     odd = AgentRelease.objects.create(
         merchant=shop, version=1, graph_version="g", manifest={"model": "gpt-4o"}
     )
@@ -68,7 +68,7 @@ def test_stored_waits_and_release_models_survive_the_upgrade():
         "interrupt_id": "int-1",
         "kind": "clarification",
         **core,
-        "payload": {"question": "Which order?"},
+        "payload": {"question": "Which parcel?"},
     }
     assert AgentRun.objects.get(pk=planned.pk).wait_state["payload"] == {
         "ticket_id": "7d9e0a52-3f55-4a7c-9f39-7a1f1c1f7a11",

@@ -4,7 +4,7 @@ when the answer came, ABANDONED when the worker gave the call up first. Nothing 
 is committed: no assistant text, no event, no next node.
 
 A real worker thread holds the run and waits on a real OpenAI-compatible endpoint on loopback
-(approvals.bench.model_stub) while the test stops the run on its own connection. The worker
+(the `stub` fixture) while the test stops the run on its own connection. The worker
 looks at the runs in slow calls every CANCEL_POLL_SECONDS: left at its 0.25 s it notices the
 stop before the answer comes and gives the call up; made long, the answer comes first.
 """
@@ -14,27 +14,37 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 
+from agentportal.models import Role
 from runs import services, worker
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, Node, RunEvent, RunStatus
 from runs.monitoring import RunsCollector
 from runs.services import Lease, LostRun, StepCommit
 from tests import factories, threads
 from tests.conftest import wait_for
+from tests.extension_app import parcels
 from tests.runs import helpers
 from tests.runs.conversation_helpers import say
 from tests.threads import Background
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STATUS = "What is the status of order ORD-1001?"
-# What approvals.bench.model_stub says each answer cost.
+STATUS = helpers.STATUS_QUESTION.format(parcel="PCL-1")
+# What the stub endpoint says each answer cost.
 STUB_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 LATENCY = 1.5
 # Longer than the test: the worker does not look at the run before the answer comes.
 NO_POLL = 60.0
+
+
+@pytest.fixture
+def shop(parcel_shop):
+    """The parcel shop, its release asking the model the settings name (the stub endpoint
+    here), and its supervisor sid."""
+    factories.release_publish(merchant=parcel_shop, model="default", tools=parcels.TOOLS)
+    factories.user_create("sid", merchant=parcel_shop, role=Role.SUPERVISOR)
+    return parcel_shop
 
 
 @pytest.fixture
@@ -94,24 +104,24 @@ def assert_nothing_committed_after_the_cancel(run_id) -> None:
 STOPS = ["/stop", "/takeover", "service"]
 
 
-def _queue_for_alice(demo) -> str:
-    user = User.objects.get(username="alice")
-    return str(factories.run_queue(customer=user, merchant=demo, message=STATUS).pk)
+def _queue_for_pat(shop) -> str:
+    pat = shop.memberships.get(user__username="pat").user
+    return str(helpers.queue(pat, shop, "PCL-1").pk)
 
 
-def _start_and_stop(how: str, demo, api, endpoint) -> str:
-    """Alice's run, its worker waiting on the model, stopped `how`; the run's id."""
-    alice, conversation = api("alice"), None
+def _start_and_stop(how: str, shop, api, endpoint) -> str:
+    """pat's run, its worker waiting on the model, stopped `how`; the run's id."""
+    pat, conversation = api("pat", merchant=shop.slug), None
     if how == "service":
-        run_id = _queue_for_alice(demo)
+        run_id = _queue_for_pat(shop)
     else:
-        conversation = alice.post("/api/v1/conversations", {}, format="json").json()["id"]
-        run_id = say(alice, conversation, STATUS).json()["run_id"]
+        conversation = pat.post("/api/v1/conversations", {}, format="json").json()["id"]
+        run_id = say(pat, conversation, STATUS).json()["run_id"]
     _lease, working = _worker_in_the_call(endpoint)
     if how == "service":
         services.run_cancel(run=AgentRun.objects.get(pk=run_id), reason="stopped by a test")
     else:
-        client = api("sam") if how == "/takeover" else alice
+        client = api("sid", merchant=shop.slug) if how == "/takeover" else pat
         assert say(client, conversation, how).json()["result"]["cancelled_run_id"] == run_id
     assert AgentRun.objects.get(pk=run_id).status == RunStatus.CANCELLED
     working.join()
@@ -120,13 +130,13 @@ def _start_and_stop(how: str, demo, api, endpoint) -> str:
 
 @pytest.mark.parametrize("how", STOPS)
 def test_an_answer_that_comes_after_the_stop_records_its_usage_and_nothing_else(
-    how, demo, api, model
+    how, shop, api, model
 ):
     # given a worker waiting on the model, which answers before the worker looks at the run
     endpoint = model(poll=NO_POLL)
 
     # when the run is stopped while the model answers, and then the answer comes
-    run_id = _start_and_stop(how, demo, api, endpoint)
+    run_id = _start_and_stop(how, shop, api, endpoint)
 
     # then the attempt says what the call cost, and nothing else of the answer landed
     attempt = ModelAttempt.objects.get(run_id=run_id)
@@ -138,12 +148,12 @@ def test_an_answer_that_comes_after_the_stop_records_its_usage_and_nothing_else(
 
 
 @pytest.mark.parametrize("how", STOPS)
-def test_a_call_given_up_after_the_stop_is_recorded_abandoned(how, demo, api, model):
+def test_a_call_given_up_after_the_stop_is_recorded_abandoned(how, shop, api, model):
     # given a worker waiting on the model, looking at the run every 0.25 s
     endpoint = model()
 
     # when the run is stopped while the model answers
-    run_id = _start_and_stop(how, demo, api, endpoint)
+    run_id = _start_and_stop(how, shop, api, endpoint)
 
     # then the worker gave the call up before its answer, and its attempt says so
     attempt = ModelAttempt.objects.get(run_id=run_id)
@@ -174,11 +184,11 @@ def assert_taken_over_and_completed_once(run_id) -> None:
 
 
 def test_an_answer_that_comes_after_the_lease_expired_records_its_usage_and_nothing_else(
-    demo, model
+    shop, model
 ):
     # given a worker waiting on the model, which answers before the worker looks at the run
     endpoint = model(poll=NO_POLL)
-    run_id = _queue_for_alice(demo)
+    run_id = _queue_for_pat(shop)
     _lease, working = _worker_in_the_call(endpoint)
     before = _types(run_id)
 
@@ -205,10 +215,10 @@ def test_an_answer_that_comes_after_the_lease_expired_records_its_usage_and_noth
     assert_taken_over_and_completed_once(run_id)
 
 
-def test_a_call_given_up_after_the_lease_expired_is_recorded_abandoned(demo, model):
+def test_a_call_given_up_after_the_lease_expired_is_recorded_abandoned(shop, model):
     # given a worker waiting on the model, looking at the run every 0.25 s
     endpoint = model()
-    run_id = _queue_for_alice(demo)
+    run_id = _queue_for_pat(shop)
     _lease, working = _worker_in_the_call(endpoint)
     before = _types(run_id)
 
@@ -250,9 +260,9 @@ def _recorded(run_id) -> tuple:
     )
 
 
-def test_an_answer_delivered_twice_after_the_stop_records_its_usage_once(demo):
+def test_an_answer_delivered_twice_after_the_stop_records_its_usage_once(parcel_shop):
     # given a run its worker holds at the model, then cancelled
-    run_id = _queue_for_alice(demo)
+    run_id = _queue_for_pat(parcel_shop)
     lease = helpers.run_claim()
     services.run_cancel(run=AgentRun.objects.get(pk=run_id), reason="stopped by a test")
 

@@ -11,13 +11,12 @@ from tests.runs import helpers
 
 MAX_QUERIES_PER_STEP = 12
 MAX_COMMITS_PER_PLAIN_RUN = 6
-MESSAGE = "What is the status of order ORD-1001?"
 
 
 def _old_runs(merchant, count: int) -> None:
     """Finished runs already in the database; they must not make a step dearer."""
     customer = factories.user_create(merchant=merchant)
-    template = factories.run_queue(customer=customer, merchant=merchant, message=MESSAGE)
+    template = helpers.queue(customer, merchant, "PCL-1")
     AgentRun.objects.bulk_create(
         AgentRun(
             merchant=merchant,
@@ -32,14 +31,17 @@ def _old_runs(merchant, count: int) -> None:
     AgentRun.objects.filter(pk=template.pk).update(status=RunStatus.COMPLETED)
 
 
+def _pat(shop):
+    return shop.memberships.get(user__username="pat").user
+
+
 @pytest.mark.parametrize("runs_already_there", [0, 500])
 def test_each_step_of_a_plain_run_stays_within_the_query_budget(
-    demo, django_assert_max_num_queries, runs_already_there
+    parcel_shop, django_assert_max_num_queries, runs_already_there
 ):
     # given
-    _old_runs(demo, runs_already_there)
-    alice = demo.memberships.get(user__username="alice").user
-    factories.run_queue(customer=alice, merchant=demo, message=MESSAGE)
+    _old_runs(parcel_shop, runs_already_there)
+    helpers.queue(_pat(parcel_shop), parcel_shop, "PCL-1")
 
     # when / then: the claim and every step, one at a time
     with django_assert_max_num_queries(MAX_QUERIES_PER_STEP):
@@ -50,18 +52,18 @@ def test_each_step_of_a_plain_run_stays_within_the_query_budget(
             helpers.run_step(lease)
         steps += 1
     assert lease.run.status == RunStatus.COMPLETED
-    assert steps == 3  # model, lookup_order, model
+    assert steps == 3  # model, track_parcel, model
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_plain_run_commits_at_most_six_times(demo):
+def test_a_plain_run_commits_at_most_six_times(parcel_shop):
     # given
-    alice = demo.memberships.get(user__username="alice").user
+    pat = _pat(parcel_shop)
     counter = Counter()
 
     # when: accepted, woken, claimed and executed
     with counter.counting():
-        run = factories.run_queue(customer=alice, merchant=demo, message=MESSAGE)
+        run = helpers.queue(pat, parcel_shop, "PCL-1")
         worker.tick()
 
     # then
@@ -76,16 +78,14 @@ MAX_QUERIES_PER_BATCHED_STEP = 5
 
 
 @pytest.mark.parametrize("runs_already_there", [0, 500])
-def test_a_batch_of_runs_costs_fewer_statements_per_step(demo, runs_already_there):
+def test_a_batch_of_runs_costs_fewer_statements_per_step(parcel_shop, runs_already_there):
     # given: six plain runs of six customers
-    _old_runs(demo, runs_already_there)
+    _old_runs(parcel_shop, runs_already_there)
     runs = []
     for index in range(6):
-        customer = factories.user_create(merchant=demo)
-        number = f"ORD-6{index}"
-        factories.order_create(merchant=demo, customer=customer, number=number)
-        message = f"What is the status of order {number}?"
-        runs.append(factories.run_queue(customer=customer, merchant=demo, message=message))
+        number = f"PCL-6{index}"
+        customer = helpers.customer_with_parcel(parcel_shop, number)
+        runs.append(helpers.queue(customer, parcel_shop, number))
     counter = Counter()
 
     # when: claimed and executed together

@@ -17,23 +17,23 @@ def test_each_step_reads_as_a_sentence():
         event_sentence(
             _event(
                 "model.responded",
-                tool_calls=["issue_refund"],
+                tool_calls=["find_locker"],
                 usage={"total_tokens": 155},
                 latency_ms=812,
             )
         )
-        == "The model asked to call issue_refund (155 tokens, 812 ms)"
+        == "The model asked to call find_locker (155 tokens, 812 ms)"
     )
     assert (
         event_sentence(
             _event(
                 "tool.result",
-                tool="lookup_order",
+                tool="find_locker",
                 status="SUCCEEDED",
-                result={"order_id": "ORD-1003", "items": [{"sku": "A"}, {"sku": "B"}]},
+                result={"parcel_id": "PCL-3", "lockers": [{"name": "A"}, {"name": "B"}]},
             )
         )
-        == "lookup_order succeeded: items 2 items, order id ORD-1003"
+        == "find_locker succeeded: lockers 2 items, parcel id PCL-3"
     )
     assert event_sentence(_event("run.cancelled", reason="stopped by the customer")) == (
         "Cancelled: stopped by the customer"
@@ -52,11 +52,11 @@ def test_a_domains_event_reads_in_the_words_it_registered_with_the_decider_for_t
 
     # when read without and with the name of who decided it
     anonymous = event_sentence(requested)
-    named = event_sentence(requested, decided_by={"int-7": "sam"})
+    named = event_sentence(requested, decided_by={"int-7": "sid"})
 
     # then each reads in the extension's words, the name only where it was given
     assert anonymous == "Waiting for a sign-off: the audit"
-    assert named == "Waiting for a sign-off: the audit (decided by sam)"
+    assert named == "Waiting for a sign-off: the audit (decided by sid)"
 
 
 @pytest.mark.parametrize("event_type", ["signoff.requested", "run.completed"])

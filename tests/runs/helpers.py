@@ -2,8 +2,10 @@
 commits in batches: runs.services.runs_claim, runs_step_commit and runs.worker.run_slices),
 and reading what a run's timeline says."""
 
+import asyncio
 import math
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib.auth.models import User
 
@@ -114,3 +116,23 @@ def assert_completed_once(run_id) -> None:
     assert types(run_id).count("run.completed") == 1
     assert types(run_id)[-1] == "run.completed"
     assert_timeline_contiguous(run_id)
+
+
+class RecordingChannel:
+    """A delta channel that keeps what it is given to publish, and sends at once."""
+
+    broadcast = True
+
+    def __init__(self) -> None:
+        self.published: list[dict[str, Any]] = []
+        self.statements: list[list[dict[str, Any]]] = []
+
+    def publish_soon(self, messages: list[dict[str, Any]]) -> asyncio.Future:
+        self.statements.append(messages)
+        self.published.extend(messages)
+        sent = asyncio.get_running_loop().create_future()
+        sent.set_result(None)
+        return sent
+
+    def publish_in_transaction(self, message: dict[str, Any]) -> None:
+        self.published.append(message)

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentportal.models import Merchant
+from approvals.bench.model_stub import completion_chunks
 from runs.models import AgentRun, ModelAttempt, RunEvent
 from tests import factories
 from tests.extension_app import parcels
@@ -116,28 +117,6 @@ def openai_use(settings, server: ChatServer, *, timeout: float = 10.0) -> None:
         "OPENAI_TIMEOUT_SECONDS": timeout,
         "MODEL_ATTEMPTS_PER_STEP": 2,
     }
-
-
-def completion_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
-    """A chat completion as the chunks a streaming endpoint sends: its text a word at a time,
-    each tool call whole, then the finish and a last chunk with the usage alone."""
-    message = completion["choices"][0]["message"]
-    base = {key: completion[key] for key in ("id", "created", "model")}
-    base["object"] = "chat.completion.chunk"
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    words = (message.get("content") or "").split(" ")
-    for index, word in enumerate(words):
-        if word or index:
-            chunks.append(chunk({"content": word if index == 0 else " " + word}))
-    for index, call in enumerate(message.get("tool_calls") or []):
-        chunks.append(chunk({"tool_calls": [{"index": index, **call}]}))
-    chunks.append(chunk({}, completion["choices"][0].get("finish_reason", "stop")))
-    chunks.append({**base, "choices": [], "usage": completion.get("usage")})
-    return chunks
 
 
 def completion(message: dict[str, Any], finish_reason: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from django.db import transaction
 from runs import delta_channels, deltas
 from runs.deltas import DeltaHub, DeltaPublisher
 from tests.conftest import wait_for_async
+from tests.runs.helpers import RecordingChannel
 from tests.threads import run_coroutine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -133,22 +134,14 @@ def test_a_new_attempt_starts_the_answer_over():
 
 
 def test_long_text_is_published_in_parts_that_fit_a_notification():
-    published: list[list[dict]] = []
-
-    class Recorder:
-        def publish_soon(self, messages):
-            published.append(messages)
-            sent = asyncio.get_running_loop().create_future()
-            sent.set_result(None)
-            return sent
-
-    delta_channels._channel, saved = Recorder(), delta_channels._channel
+    recorder = RecordingChannel()
+    delta_channels._channel, saved = recorder, delta_channels._channel
     try:
         publisher = DeltaPublisher(run="r", gen="0.1")
         run_coroutine(publisher.add("x" * (deltas.MAX_TEXT * 2 + 5)))
     finally:
         delta_channels._channel = saved
 
-    [messages] = published
+    [messages] = recorder.statements
     assert [len(m["text"]) for m in messages] == [deltas.MAX_TEXT, deltas.MAX_TEXT, 5]
     assert all(len(delta_channels.encode(m)) < 8000 for m in messages)

@@ -4,13 +4,13 @@ the tools it asks for, its streamed answer, and the tool calls it may not make."
 
 import json
 from functools import partial
-from typing import Any
 
 import pytest
 
 from runs import deltas, worker
 from runs.models import AttemptStatus, ModelAttempt, RunStatus, ToolExecution, ToolStatus
 from tests.extension_app import parcels
+from tests.runs.helpers import RecordingChannel
 from tests.runs.openai_server import (
     USAGE,
     attempts_of,
@@ -93,21 +93,6 @@ def test_openai_run_calls_tool_and_completes_with_model_text(shop, chat_server, 
     assert types.count("model.responded") == 2
     assert types.count("run.completed") == 1
     assert types[-1] == "run.completed"
-
-
-class RecordingChannel:
-    """A delta channel that keeps what it is given to publish."""
-
-    broadcast = True
-
-    def __init__(self) -> None:
-        self.published: list[dict[str, Any]] = []
-
-    async def publish(self, messages: list[dict[str, Any]]) -> None:
-        self.published.extend(messages)
-
-    def publish_in_transaction(self, message: dict[str, Any]) -> None:
-        self.published.append(message)
 
 
 @pytest.mark.parametrize("stream_deltas", [True, False], ids=["deltas-on", "deltas-off"])

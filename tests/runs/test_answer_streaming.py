@@ -5,18 +5,24 @@ web node; /stop cuts it at once and nothing of the stopped answer is kept."""
 import json
 import threading
 import time
+import uuid
 
 import pytest
 from django.contrib.auth.models import User
 
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunStatus
+from runs.scripted import ScriptedModel
 from tests import factories
 from tests.conftest import wait_for
+from tests.extension_app import parcels
 from tests.http import open_stream
+from tests.runs.helpers import LOCKER_QUESTION
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cluster]
 
-STATUS = "What is the status of order ORD-1001?"
+# Its answer is long enough to stream in many parts: "Parcel PCL-1 is in transit; you can
+# pick it up at Station Square."
+QUESTION = LOCKER_QUESTION.format(parcel="PCL-1")
 
 
 class EventReader:
@@ -53,33 +59,64 @@ class EventReader:
         self.response.close()
 
 
+def parcels_played(endpoint):
+    """The loopback endpoint (the `stub` fixture, which plays the default script), answering
+    instead as the parcels script would."""
+
+    def completion(body: dict) -> dict:
+        answer = ScriptedModel(parcels.SCRIPT).complete(
+            messages=body["messages"], tools=body.get("tools", [])
+        )
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "stub"),
+            "choices": [{"index": 0, "message": answer.as_message(), "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+    endpoint._completion = completion
+    return endpoint
+
+
+@pytest.fixture
+def streaming_shop(parcel_shop):
+    """The parcel shop, its agent on the model the settings name (the cluster is given the
+    loopback endpoint)."""
+    factories.release_publish(merchant=parcel_shop, model="default", tools=parcels.TOOLS)
+    return parcel_shop
+
+
 def answering_cluster(cluster, stub, *, latency: float):
-    endpoint = stub(latency=latency)
+    endpoint = parcels_played(stub(latency=latency))
     cluster(
         env={
             "AGENTPORTAL_MODEL": "openai",
             "OPENAI_BASE_URL": endpoint.base_url,
             "AGENTPORTAL_OPENAI_MODEL": "stub",
+            # (the locker is found at once: only the model's writing takes time)
+            "PARCEL_LOCKER_LATENCY_SECONDS": "0",
         }
     )
     return endpoint
 
 
-def queue_status_question(merchant) -> AgentRun:
-    alice = User.objects.get(username="alice")
-    return factories.run_queue(customer=alice, merchant=merchant, message=STATUS)
+def queue_locker_question(merchant) -> AgentRun:
+    pat = User.objects.get(username="pat")
+    return factories.run_queue(customer=pat, merchant=merchant, message=QUESTION)
 
 
 def test_the_event_stream_delivers_deltas_before_the_answer_commits_on_every_web_node(
-    demo, cluster, stub, web_server
+    streaming_shop, cluster, stub, web_server
 ):
     # given: two web nodes, the cluster, and a model that writes its answer over a second
     first, second = web_server(), web_server()
-    key = factories.api_key_for(User.objects.get(username="alice"), demo)
+    key = factories.api_key_for(User.objects.get(username="pat"), streaming_shop)
     answering_cluster(cluster, stub, latency=1.0)
 
-    # when: alice asks, and a client on each node follows the run
-    run = queue_status_question(demo)
+    # when: pat asks, and a client on each node follows the run
+    run = queue_locker_question(streaming_shop)
     path = f"/api/v1/runs/{run.pk}/events/stream"
     readers = [EventReader(open_stream(base, path, key=key)) for base in (first, second)]
     wait_for(lambda: all("run.completed" in r.types() for r in readers), timeout=60)
@@ -88,6 +125,7 @@ def test_the_event_stream_delivers_deltas_before_the_answer_commits_on_every_web
     # together they are the answer the run stored
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED
+    assert run.result == "Parcel PCL-1 is in transit; you can pick it up at Station Square."
     for reader in readers:
         types = reader.types()
         last_responded = len(types) - 1 - types[::-1].index("model.responded")
@@ -100,13 +138,13 @@ def test_the_event_stream_delivers_deltas_before_the_answer_commits_on_every_web
 
 
 def test_a_stream_that_joins_mid_answer_gets_the_text_written_so_far(
-    demo, cluster, stub, web_server
+    streaming_shop, cluster, stub, web_server
 ):
     # given: an answer being written slowly
     base = web_server()
-    key = factories.api_key_for(User.objects.get(username="alice"), demo)
+    key = factories.api_key_for(User.objects.get(username="pat"), streaming_shop)
     answering_cluster(cluster, stub, latency=3.0)
-    run = queue_status_question(demo)
+    run = queue_locker_question(streaming_shop)
     path = f"/api/v1/runs/{run.pk}/events/stream"
     early = EventReader(open_stream(base, path, key=key))
     wait_for(lambda: len(early.deltas()) >= 3, timeout=60)
@@ -130,26 +168,25 @@ def test_a_stream_that_joins_mid_answer_gets_the_text_written_so_far(
 
 
 def test_stop_while_the_answer_streams_delivers_nothing_after_it_and_keeps_nothing(
-    demo, cluster, stub, web_server, api
+    streaming_shop, cluster, stub, web_server, api
 ):
-    # given: alice's conversation, its answer being written over several seconds
+    # given: pat's conversation, its answer being written over several seconds
     base = web_server()
-    alice = User.objects.get(username="alice")
-    key = factories.api_key_for(alice, demo)
+    key = factories.api_key_for(User.objects.get(username="pat"), streaming_shop)
     answering_cluster(cluster, stub, latency=4.0)
-    client = api("alice")
+    client = api("pat", merchant="parcel-shop")
     conversation = client.post("/api/v1/conversations", {}, format="json").json()["id"]
     messages = f"/api/v1/conversations/{conversation}/messages"
-    run_id = client.post(messages, {"text": STATUS}, format="json").json()["run_id"]
+    run_id = client.post(messages, {"text": QUESTION}, format="json").json()["run_id"]
     reader = EventReader(open_stream(base, f"/api/v1/runs/{run_id}/events/stream", key=key))
     # (the turns that call tools write no text: the first deltas are of the answer)
     wait_for(lambda: len(reader.deltas()) >= 2, timeout=60)
 
-    # when: alice sends /stop, then her next question
+    # when: pat sends /stop, then their next question
     stop = client.post(messages, {"text": "/stop"}, format="json")
     # (the stop has committed, and with it the run's end on the delta channel)
     stopped_at = time.time()
-    next_run = client.post(messages, {"text": STATUS}, format="json").json()["run_id"]
+    next_run = client.post(messages, {"text": QUESTION}, format="json").json()["run_id"]
     wait_for(lambda: "run.cancelled" in reader.types(), timeout=30)
     # (the stream ends after the run's end, so nothing can reach it after that; and the
     # worker gave up the stopped answer's model call, so whatever it would keep is kept)

@@ -75,7 +75,7 @@ def test_published_deltas_are_heard_in_order_and_done_forgets_the_answer():
     publisher = DeltaPublisher(run=run, gen="2.1")
 
     async def write(_heard_so_far):
-        for word in ["Your ", "order ", "ORD-1001 ", "was ", "delivered."]:
+        for word in ["Your ", "parcel ", "PCL-1 ", "was ", "delivered."]:
             await publisher.add(word)
             await publisher.flush()
         await publisher.flush(done=True)
@@ -83,7 +83,7 @@ def test_published_deltas_are_heard_in_order_and_done_forgets_the_answer():
     heard, answer = hub_hearing(run, write, until=lambda m: any(x.get("done") for x in m))
 
     texts = [m["text"] for m in heard if "text" in m]
-    assert "".join(texts) == "Your order ORD-1001 was delivered."
+    assert "".join(texts) == "Your parcel PCL-1 was delivered."
     assert [m["seq"] for m in heard if "text" in m] == list(range(1, len(texts) + 1))
     assert heard[-1] == {"run": run, "gen": "2.1", "done": True}
     assert answer is None

@@ -11,11 +11,9 @@ from runs import event_stream, live_hub, selectors, services
 from runs.deltas import delta_hub
 from runs.event_stream import run_event_stream, stream_hub
 from runs.models import AgentRun
-from tests import factories
 from tests.conftest import wait_for_async
+from tests.runs.helpers import customer_with_parcel, queue, shop_create
 from tests.threads import run_coroutine
-
-STATUS = "What is the status of order ORD-1001?"
 
 
 def _watching(hub) -> int:
@@ -23,14 +21,16 @@ def _watching(hub) -> int:
     return sum(len(streams) for streams in hub.subscribers.values())
 
 
-def _queued(demo, count: int) -> list[AgentRun]:
-    customers = [factories.user_create(merchant=demo) for _ in range(count)]
-    return [factories.run_queue(customer=c, merchant=demo, message=STATUS) for c in customers]
+def _queued(count: int) -> list[AgentRun]:
+    """`count` customers of a new shop, each asking where their parcel is."""
+    shop = shop_create()
+    customers = [customer_with_parcel(shop, f"PCL-{n}") for n in range(1, count + 1)]
+    return [queue(customer, shop, f"PCL-{n}") for n, customer in enumerate(customers, start=1)]
 
 
-def test_runs_events_since_reads_once_for_runs_without_news(demo, django_assert_num_queries):
+def test_runs_events_since_reads_once_for_runs_without_news(db, django_assert_num_queries):
     # given three queued runs, each read up to its one event
-    runs = _queued(demo, 3)
+    runs = _queued(3)
 
     # when they are asked for news
     with django_assert_num_queries(1):
@@ -41,10 +41,10 @@ def test_runs_events_since_reads_once_for_runs_without_news(demo, django_assert_
 
 
 def test_runs_events_since_gives_each_run_its_events_after_its_own_seq(
-    demo, django_assert_num_queries
+    db, django_assert_num_queries
 ):
     # given three runs, one cancelled (two events, finished), one read from the start
-    first, second, third = _queued(demo, 3)
+    first, second, third = _queued(3)
     services.run_cancel(run=first)
 
     # when asked with a cursor each
@@ -60,9 +60,9 @@ def test_runs_events_since_gives_each_run_its_events_after_its_own_seq(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_thirty_streams_of_three_runs_share_one_hub_and_get_each_event_once(demo):
+def test_thirty_streams_of_three_runs_share_one_hub_and_get_each_event_once():
     # given three queued runs and ten streams on each, opened after the runs' first event
-    runs = _queued(demo, 3)
+    runs = _queued(3)
 
     async def watch(run: AgentRun) -> list[str]:
         return [chunk async for chunk in run_event_stream(run.pk, after=1)]
@@ -94,9 +94,9 @@ def test_thirty_streams_of_three_runs_share_one_hub_and_get_each_event_once(demo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_stream_on_a_finished_run_sends_what_is_left_and_ends(demo):
+def test_a_stream_on_a_finished_run_sends_what_is_left_and_ends():
     # given a cancelled run, read up to its first event
-    (run,) = _queued(demo, 1)
+    (run,) = _queued(1)
     services.run_cancel(run=run)
 
     async def watch() -> list[str]:
@@ -110,9 +110,9 @@ def test_a_stream_on_a_finished_run_sends_what_is_left_and_ends(demo):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo):
+def test_streams_of_one_run_from_different_places_each_get_their_own_events():
     # given a queued run, a stream from its start and one after its first event
-    (run,) = _queued(demo, 1)
+    (run,) = _queued(1)
 
     async def watch(after: int) -> list[str]:
         return [chunk.split("\n")[0] async for chunk in run_event_stream(run.pk, after=after)]
@@ -135,11 +135,11 @@ def test_streams_of_one_run_from_different_places_each_get_their_own_events(demo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
+def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(monkeypatch):
     # given a run that stays queued, and streams that last 1 s with a keep-alive each 0.3 s
     monkeypatch.setattr(live_hub, "STREAM_SECONDS", 1.0)
     monkeypatch.setattr(event_stream, "KEEPALIVE_SECONDS", 0.3)
-    (run,) = _queued(demo, 1)
+    (run,) = _queued(1)
 
     async def watch() -> list[str]:
         return [chunk async for chunk in event_stream.run_event_stream(run.pk, after=1)]
@@ -154,10 +154,10 @@ def test_a_quiet_stream_sends_keep_alive_lines_until_it_ends(demo, monkeypatch):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_text_being_written_follows_the_events_committed_before_it(demo, monkeypatch):
+def test_text_being_written_follows_the_events_committed_before_it(monkeypatch):
     # given a running run whose first read of events is held until the test lets it finish,
     # and text of its answer that arrives while that read is under way
-    (run,) = _queued(demo, 1)
+    (run,) = _queued(1)
     reading, may_finish = threading.Event(), threading.Event()
     read = event_stream._read
 

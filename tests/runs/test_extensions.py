@@ -26,15 +26,15 @@ def _work() -> None:
     worker.run_slices(services.runs_claim(limit=4))
 
 
-def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(demo, api):
+def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(parcel_shop, api):
     # given a shop whose release plays the sign-off script
     factories.release_publish(
-        merchant=demo, model=f"scripted:{signoff.SCRIPT}", tools=[signoff.TOOL]
+        merchant=parcel_shop, model=f"scripted:{signoff.SCRIPT}", tools=[signoff.TOOL]
     )
-    alice = api("alice")
+    pat = api("pat", merchant="parcel-shop")
 
-    # when alice asks and a worker runs the agent
-    created = alice.post(
+    # when pat asks and a worker runs the agent
+    created = pat.post(
         "/api/v1/runs", {"message": "Ship the blue one"}, format="json", HTTP_IDEMPOTENCY_KEY="s1"
     )
     assert created.status_code == 201, created.content
@@ -42,7 +42,7 @@ def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(demo, 
     _work()
 
     # then the run waits in the new kind, shown as a pending item with the kind's own field
-    waiting = alice.get(f"/api/v1/runs/{run_id}").json()
+    waiting = pat.get(f"/api/v1/runs/{run_id}").json()
     assert waiting["status"] == RunStatus.WAITING_USER
     [pending] = waiting["pending"]
     assert pending["kind"] == "signoff"
@@ -52,8 +52,8 @@ def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(demo, 
     assert (pending["ticket_id"], pending["question"]) == (None, None)
     assert pending["expires_at"]
 
-    # when alice signs off and a worker goes on
-    answered = alice.post(
+    # when pat signs off and a worker goes on
+    answered = pat.post(
         f"/api/v1/runs/{run_id}/inputs",
         {
             "interrupt_id": pending["interrupt_id"],
@@ -67,7 +67,7 @@ def test_a_run_pauses_in_a_new_wait_kind_is_resumed_and_passes_a_new_node(demo, 
     _work()
 
     # then the audit node recorded the call's result once and the run finished with it
-    done = alice.get(f"/api/v1/runs/{run_id}").json()
+    done = pat.get(f"/api/v1/runs/{run_id}").json()
     assert (done["status"], done["pending"]) == (RunStatus.COMPLETED, [])
     assert done["result"] == "Signed off: Yes, ship it"
     [execution] = ToolExecution.objects.filter(run_id=run_id)

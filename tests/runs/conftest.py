@@ -1,7 +1,10 @@
+from functools import partial
+
 import pytest
 
 from agentportal.models import Merchant
 from tests.runs.helpers import customer_with_parcel, shop_create
+from tests.runs.openai_server import chat_servers, openai_shop, openai_use
 
 
 @pytest.fixture
@@ -21,3 +24,24 @@ def locker_latency(settings):
         settings.PARCEL_LOCKER_LATENCY_SECONDS = seconds
 
     return set_latency
+
+
+@pytest.fixture
+def chat_server():
+    """chat_server(answer) -> a running OpenAI-compatible server (tests/runs/openai_server.py),
+    stopped after the test."""
+    with chat_servers() as start:
+        yield start
+
+
+@pytest.fixture
+def openai_model(settings):
+    """openai_model(server, timeout=...): the runtime's model is that server, through the real
+    openai client."""
+    return partial(openai_use, settings)
+
+
+@pytest.fixture
+def endpoint_shop(parcel_shop) -> Merchant:
+    """The parcel shop, its release asking the model that openai_model names."""
+    return openai_shop(parcel_shop)

@@ -3,7 +3,6 @@ OpenAI-compatible server started in the test, driven by the in-process worker (D
 the tools it asks for, its streamed answer, and the tool calls it may not make."""
 
 import json
-from functools import partial
 
 import pytest
 
@@ -14,10 +13,7 @@ from tests.runs.helpers import RecordingChannel
 from tests.runs.openai_server import (
     USAGE,
     attempts_of,
-    chat_servers,
     event_types,
-    openai_shop,
-    openai_use,
     parcel_agent,
     pat_asks,
     release_with_tools,
@@ -29,28 +25,13 @@ from tests.runs.openai_server import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def chat_server():
-    with chat_servers() as start:
-        yield start
-
-
-@pytest.fixture
-def openai_model(settings):
-    """Point the runtime at a server: openai_model(server, timeout=...)."""
-    return partial(openai_use, settings)
-
-
-@pytest.fixture
-def shop(parcel_shop):
-    return openai_shop(parcel_shop)
-
-
-def test_openai_run_calls_tool_and_completes_with_model_text(shop, chat_server, openai_model):
+def test_openai_run_calls_tool_and_completes_with_model_text(
+    endpoint_shop, chat_server, openai_model
+):
     # given: a model server that asks for track_parcel, then answers from its result
     server = chat_server(parcel_agent())
     openai_model(server)
-    run = pat_asks(shop)
+    run = pat_asks(endpoint_shop)
 
     # when
     executed = worker.tick()
@@ -97,7 +78,7 @@ def test_openai_run_calls_tool_and_completes_with_model_text(shop, chat_server, 
 
 @pytest.mark.parametrize("stream_deltas", [True, False], ids=["deltas-on", "deltas-off"])
 def test_a_streamed_answer_is_published_as_deltas_unless_stream_deltas_is_off(
-    shop, chat_server, openai_model, settings, monkeypatch, stream_deltas
+    endpoint_shop, chat_server, openai_model, settings, monkeypatch, stream_deltas
 ):
     # given: a streaming endpoint, a channel that records what is published, and the switch
     server = chat_server(parcel_agent())
@@ -105,7 +86,7 @@ def test_a_streamed_answer_is_published_as_deltas_unless_stream_deltas_is_off(
     settings.AGENTPORTAL = {**settings.AGENTPORTAL, "STREAM_DELTAS": stream_deltas}
     channel = RecordingChannel()
     monkeypatch.setattr(deltas, "channel", lambda: channel)
-    run = pat_asks(shop)
+    run = pat_asks(endpoint_shop)
 
     # when
     worker.tick()
@@ -156,13 +137,13 @@ def test_a_streamed_answer_is_published_as_deltas_unless_stream_deltas_is_off(
     ],
 )
 def test_openai_bad_tool_call_gets_error_result_and_run_completes(
-    shop, chat_server, openai_model, call, expected_error
+    endpoint_shop, chat_server, openai_model, call, expected_error
 ):
     # given: the release declares track_parcel only; the model sends a call it may not make
-    release_with_tools(shop, parcels.TRACK)
+    release_with_tools(endpoint_shop, parcels.TRACK)
     server = chat_server(parcel_agent(call))
     openai_model(server)
-    run = pat_asks(shop)
+    run = pat_asks(endpoint_shop)
 
     # when
     worker.tick()

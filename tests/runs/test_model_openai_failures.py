@@ -4,7 +4,6 @@ the in-process worker (DESIGN 5, 8). A failed call is retried as the step's next
 step whose attempts all failed fails the run with MODEL_ERROR."""
 
 import socket
-from functools import partial
 
 import pytest
 
@@ -20,11 +19,8 @@ from runs.models import (
 from tests.runs.openai_server import (
     always_failing,
     attempts_of,
-    chat_servers,
     event_types,
     failing_first,
-    openai_shop,
-    openai_use,
     parcel_agent,
     pat_asks,
     too_slow,
@@ -35,28 +31,13 @@ from tests.runs.openai_server import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def chat_server():
-    with chat_servers() as start:
-        yield start
-
-
-@pytest.fixture
-def openai_model(settings):
-    """Point the runtime at a server: openai_model(server, timeout=...)."""
-    return partial(openai_use, settings)
-
-
-@pytest.fixture
-def shop(parcel_shop):
-    return openai_shop(parcel_shop)
-
-
-def test_openai_server_error_once_is_retried_as_a_second_attempt(shop, chat_server, openai_model):
+def test_openai_server_error_once_is_retried_as_a_second_attempt(
+    endpoint_shop, chat_server, openai_model
+):
     # given: the server fails the first call with a 500, then behaves
     server = chat_server(failing_first(1, parcel_agent()))
     openai_model(server)
-    run = pat_asks(shop)
+    run = pat_asks(endpoint_shop)
 
     # when
     worker.tick()
@@ -77,11 +58,13 @@ def test_openai_server_error_once_is_retried_as_a_second_attempt(shop, chat_serv
     assert ToolExecution.objects.filter(run=run).count() == 1
 
 
-def test_openai_server_always_failing_fails_run_with_model_error(shop, chat_server, openai_model):
+def test_openai_server_always_failing_fails_run_with_model_error(
+    endpoint_shop, chat_server, openai_model
+):
     # given
     server = chat_server(always_failing)
     openai_model(server)
-    run = pat_asks(shop)
+    run = pat_asks(endpoint_shop)
 
     # when: tick returns normally; the failure is the run's, not the worker's
     worker.tick()
@@ -102,7 +85,9 @@ def test_openai_server_always_failing_fails_run_with_model_error(shop, chat_serv
     assert failed_event.data["error_code"] == ErrorCode.MODEL_ERROR
 
 
-def test_an_unreachable_endpoint_fails_the_run_with_model_error_and_frees_its_slot(shop, settings):
+def test_an_unreachable_endpoint_fails_the_run_with_model_error_and_frees_its_slot(
+    endpoint_shop, settings
+):
     # given an endpoint where nothing listens
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -113,7 +98,7 @@ def test_an_unreachable_endpoint_fails_the_run_with_model_error_and_frees_its_sl
         "OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port}/v1",
         "MODEL_ATTEMPTS_PER_STEP": 2,
     }
-    run = pat_asks(shop)
+    run = pat_asks(endpoint_shop)
 
     # when a worker takes it
     worker.tick()
@@ -126,11 +111,13 @@ def test_an_unreachable_endpoint_fails_the_run_with_model_error_and_frees_its_sl
     assert run.finished_at is not None
 
 
-def test_openai_timeout_fails_attempts_then_run_with_model_error(shop, chat_server, openai_model):
+def test_openai_timeout_fails_attempts_then_run_with_model_error(
+    endpoint_shop, chat_server, openai_model
+):
     # given: a server slower than the client's timeout
     server = chat_server(too_slow)
     openai_model(server, timeout=1.0)
-    run = pat_asks(shop)
+    run = pat_asks(endpoint_shop)
 
     # when
     worker.tick()

@@ -183,7 +183,7 @@ def cluster(transactional_db):
 
 @pytest.fixture
 def stub():
-    """stub(latency=..., text_only=...) -> an OpenAI-compatible endpoint on loopback
+    """stub(latency=..., text_only=..., script=...) -> an OpenAI-compatible endpoint on loopback
     (approvals.bench.model_stub), stopped after the test."""
     from approvals.bench.model_stub import ModelStub
 

@@ -28,8 +28,11 @@ from runs.scripted import ScriptedModel
 
 
 class ModelStub:
-    def __init__(self, *, latency: float, text_only: bool = False) -> None:
-        self.latency, self.text_only = latency, text_only
+    def __init__(
+        self, *, latency: float, text_only: bool = False, script: str = DEFAULT_SCRIPT
+    ) -> None:
+        # `script`: the scripted model's script the endpoint plays (runs.extensions).
+        self.latency, self.text_only, self.script = latency, text_only, script
         self.calls = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -163,7 +166,7 @@ class ModelStub:
         if self.text_only:
             message: dict[str, Any] = {"role": "assistant", "content": "Done: all is in order."}
         else:
-            answer = ScriptedModel(DEFAULT_SCRIPT).complete(
+            answer = ScriptedModel(self.script).complete(
                 messages=body["messages"], tools=body.get("tools", [])
             )
             message = answer.as_message()

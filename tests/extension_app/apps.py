@@ -24,3 +24,4 @@ class ExtensionAppConfig(AppConfig):
         tool_register(parcels.TRACK_PARCEL)
         tool_register(parcels.FIND_LOCKER)
         tool_register(parcels.ASK_WHICH_PARCEL)
+        tool_register(parcels.ASK_COURIER)

@@ -1,6 +1,8 @@
 """A plain domain for the runtime's own tests: the agent tracks a customer's parcel (a quick
-tool reading the database) and, when asked, finds a pick-up locker (a slow tool that stops
-early when the run is cancelled). Neither needs a person's decision."""
+tool reading the database), finds a pick-up locker when asked (a slow tool that stops early
+when the run is cancelled), and, where the release declares them, asks the customer which
+parcel they mean (a clarification) or a colleague to follow up with the courier (a follow-up,
+the only call of its turn). None needs a person's decision."""
 
 import re
 import time
@@ -17,10 +19,14 @@ SCRIPT = "parcels"
 TRACK = "track_parcel"
 LOCKER = "find_locker"
 ASK = "ask_which_parcel"
+COURIER = "ask_courier"
 # What shop_create's agent may call; a release that declares ASK too asks the customer which
 # parcel they mean when they named none.
 TOOLS = [TRACK, LOCKER]
 QUESTION = "Which parcel is this about?"
+# What colleagues were asked to follow up, by the key of the call that asked (in this
+# process): asked twice would be a colleague bothered twice.
+COURIER_DESK: dict[str, dict[str, Any]] = {}
 PARCEL_NUMBER = re.compile(r"\bPCL-\d{1,12}\b", re.IGNORECASE)
 
 
@@ -34,6 +40,13 @@ class ParcelArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     parcel_id: str = Field(pattern=r"^PCL-\d{1,12}$")
+
+
+class CourierArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    parcel_id: str = Field(pattern=r"^PCL-\d{1,12}$")
+    note: str = Field(max_length=500)
 
 
 def _parcel(context: ToolContext, number: str) -> Parcel:
@@ -60,15 +73,32 @@ def find_locker(args: ParcelArgs, context: ToolContext) -> dict[str, Any]:
     return {"parcel_id": _parcel(context, args.parcel_id).number, "locker": "Station Square"}
 
 
+def ask_courier(args: CourierArgs, context: ToolContext) -> dict[str, Any]:
+    parcel = _parcel(context, args.parcel_id)
+    COURIER_DESK.setdefault(
+        context.idempotency_key,
+        {"run_id": context.run_id, "parcel_id": parcel.number, "note": args.note},
+    )
+    return {"status": "registered", "request": context.idempotency_key}
+
+
 def parcels_script(turn: Transcript, declared: set[str]) -> str | tuple[str, dict[str, Any]]:
     """Track the parcel the customer names (asking which, when they named none and the
-    release lets the agent ask); find a locker for it when they ask for one."""
+    release lets the agent ask); find a locker for it when they ask for one; ask the courier
+    when they ask for a follow-up and the release lets the agent."""
     found = next(filter(None, (PARCEL_NUMBER.search(text) for text in turn.said)), None)
     if found is None:
         if ASK in declared and ASK not in turn.results:
             return (ASK, {"question": QUESTION})
         return f"{QUESTION} Please tell me its number, like PCL-1."
     number = found.group(0).upper()
+    if "follow up" in turn.text.lower() and COURIER in declared:
+        if COURIER not in turn.results:
+            return (COURIER, {"parcel_id": number, "note": turn.text[:500]})
+        asked = turn.results[COURIER]
+        if "error" in asked:
+            return f"I could not ask the courier about parcel {number}: {asked['error']}"
+        return f"A colleague will follow up on parcel {number} with the courier."
     if TRACK not in turn.results:
         return (TRACK, {"parcel_id": number})
     parcel = turn.results[TRACK]
@@ -108,4 +138,12 @@ ASK_WHICH_PARCEL = Tool(
     description="Ask the customer which parcel they mean, and wait for the answer.",
     args_model=Question,
     policy=Policy.CLARIFICATION,
+)
+ASK_COURIER = Tool(
+    name=COURIER,
+    description="Ask a colleague to follow up with the courier about a parcel. "
+    "Call it alone, with no other tool in the same turn.",
+    args_model=CourierArgs,
+    policy=Policy.FOLLOWUP,
+    executor=ask_courier,
 )

@@ -3,6 +3,7 @@ from functools import partial
 import pytest
 
 from agentportal.models import Merchant
+from tests.runs.conversation_helpers import supervisor_create
 from tests.runs.helpers import customer_with_parcel, shop_create
 from tests.runs.openai_server import chat_servers, openai_shop, openai_use
 
@@ -14,6 +15,19 @@ def parcel_shop(db) -> Merchant:
     shop = shop_create(slug="parcel-shop")
     customer_with_parcel(shop, "PCL-1", username="pat")
     return shop
+
+
+@pytest.fixture
+def pat(parcel_shop, api):
+    """pat's client: a customer of the parcel shop."""
+    return api("pat", merchant="parcel-shop")
+
+
+@pytest.fixture
+def sue(parcel_shop, api):
+    """sue's client: a supervisor of pat's shop."""
+    supervisor_create(parcel_shop, "sue")
+    return api("sue", merchant="parcel-shop")
 
 
 @pytest.fixture

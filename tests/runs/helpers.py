@@ -5,13 +5,15 @@ and reading what a run's timeline says."""
 import asyncio
 import math
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from agentportal.models import Merchant
 from runs import services, worker
-from runs.models import AgentRun, RunEvent, RunStatus
+from runs.models import AgentRun, ModelAttempt, RunEvent, RunStatus
 from runs.services import Lease, StepCommit
 from tests import factories
 from tests.extension_app import parcels
@@ -41,19 +43,8 @@ def customer_with_parcel(merchant: Merchant, number: str, username: str | None =
 def queue(customer: User, merchant: Merchant, parcel: str, question: str = STATUS_QUESTION):
     """The customer's question about `parcel` (a template naming {parcel}), queued."""
     return factories.run_queue(
-        customer=customer, merchant=merchant, message=question.format(parcel=parcel, order=parcel)
+        customer=customer, merchant=merchant, message=question.format(parcel=parcel)
     )
-
-
-# --- the demo's orders, until every runtime test asks about parcels -------------------------
-
-STOCK_QUESTION = "Is the shoe of {order} in stock in size 43?"
-
-
-def customer_with_order(merchant: Merchant, number: str) -> User:
-    customer = factories.user_create(merchant=merchant)
-    factories.order_create(merchant=merchant, customer=customer, number=number)
-    return customer
 
 
 def run_claim() -> Lease | None:
@@ -84,6 +75,22 @@ def run_step_commit(*, lease: Lease, commit: StepCommit) -> AgentRun:
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
+
+
+def expire_lease(run_id) -> None:
+    """The run's lease ran out a second ago: its holder is stale from now on."""
+    AgentRun.objects.filter(pk=run_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+def attempts(run_id) -> list[tuple[int, int, str]]:
+    """The run's model attempts: (step, attempt, status), in order."""
+    return list(
+        ModelAttempt.objects.filter(run_id=run_id)
+        .order_by("step", "attempt")
+        .values_list("step", "attempt", "status")
+    )
 
 
 # --- the run's timeline --------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentportal.models import Merchant
 from approvals.bench.model_stub import completion_chunks
-from runs.models import AgentRun, ModelAttempt, RunEvent
+from runs.models import AgentRun, RunEvent
 from tests import factories
 from tests.extension_app import parcels
 from tests.runs.helpers import STATUS_QUESTION, queue
@@ -209,14 +209,6 @@ def openai_shop(parcel_shop: Merchant) -> Merchant:
 def pat_asks(shop: Merchant, question: str = STATUS_QUESTION) -> AgentRun:
     """pat's question about parcel PCL-1, queued."""
     return queue(shop.memberships.get(user__username="pat").user, shop, "PCL-1", question)
-
-
-def attempts_of(run: AgentRun) -> list[tuple[int, int, str]]:
-    return list(
-        ModelAttempt.objects.filter(run=run)
-        .order_by("step", "attempt")
-        .values_list("step", "attempt", "status")
-    )
 
 
 def event_types(run: AgentRun) -> list[str]:

@@ -5,13 +5,11 @@ web node; /stop cuts it at once and nothing of the stopped answer is kept."""
 import json
 import threading
 import time
-import uuid
 
 import pytest
 from django.contrib.auth.models import User
 
 from runs.models import AgentRun, AttemptStatus, ModelAttempt, RunStatus
-from runs.scripted import ScriptedModel
 from tests import factories
 from tests.conftest import wait_for
 from tests.extension_app import parcels
@@ -59,27 +57,6 @@ class EventReader:
         self.response.close()
 
 
-def parcels_played(endpoint):
-    """The loopback endpoint (the `stub` fixture, which plays the default script), answering
-    instead as the parcels script would."""
-
-    def completion(body: dict) -> dict:
-        answer = ScriptedModel(parcels.SCRIPT).complete(
-            messages=body["messages"], tools=body.get("tools", [])
-        )
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "stub"),
-            "choices": [{"index": 0, "message": answer.as_message(), "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-
-    endpoint._completion = completion
-    return endpoint
-
-
 @pytest.fixture
 def streaming_shop(parcel_shop):
     """The parcel shop, its agent on the model the settings name (the cluster is given the
@@ -89,7 +66,7 @@ def streaming_shop(parcel_shop):
 
 
 def answering_cluster(cluster, stub, *, latency: float):
-    endpoint = parcels_played(stub(latency=latency))
+    endpoint = stub(latency=latency, script=parcels.SCRIPT)
     cluster(
         env={
             "AGENTPORTAL_MODEL": "openai",

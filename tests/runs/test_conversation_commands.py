@@ -16,23 +16,10 @@ from tests.runs.conversation_helpers import (
     conversation_open,
     message_statuses,
     say,
-    supervisor_create,
 )
 from tests.runs.helpers import shop_create
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def pat(parcel_shop, api):
-    return api("pat", merchant="parcel-shop")
-
-
-@pytest.fixture
-def sue(parcel_shop, api):
-    """A supervisor of pat's shop."""
-    supervisor_create(parcel_shop, "sue")
-    return api("sue", merchant="parcel-shop")
 
 
 def test_reset_cancels_drops_the_queue_and_starts_the_agents_context_afresh(pat):

@@ -17,22 +17,9 @@ from tests.runs.conversation_helpers import (
     conversation_open,
     message_statuses,
     say,
-    supervisor_create,
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def pat(parcel_shop, api):
-    return api("pat", merchant="parcel-shop")
-
-
-@pytest.fixture
-def sue(parcel_shop, api):
-    """A supervisor of pat's shop."""
-    supervisor_create(parcel_shop, "sue")
-    return api("sue", merchant="parcel-shop")
 
 
 def test_messages_run_one_at_a_time_and_the_next_starts_when_a_run_ends(pat):

@@ -1,7 +1,5 @@
-"""A follow-up tool runs alone, in the followup node, once (DESIGN 5, 8).
-
-The test extension's parcels have no follow-up tool: this module registers one for its own
-tests, asking the courier about a parcel, idempotent by the call's key as a real one is."""
+"""A follow-up tool runs alone, in the followup node, once (DESIGN 5, 8): the test extension's
+`ask_courier`, idempotent by the call's key as a real one is."""
 
 import json
 from datetime import timedelta
@@ -10,73 +8,25 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field
 
 from agentportal.models import Merchant
-from runs import extensions, worker
+from runs import worker
 from runs.models import AgentRun, Node, RunEvent, RunStatus, ToolExecution
-from runs.scripted import Transcript
 from runs.services import LostRun
-from runs.tools import TOOLS, Policy, Tool, ToolContext, ToolError
 from tests import factories
 from tests.extension_app import parcels
-from tests.extension_app.models import Parcel
 from tests.runs import helpers
 
-SCRIPT = "parcels-followup"
-COURIER = "ask_courier"
-
-
-class CourierArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    parcel_id: str = Field(pattern=r"^PCL-\d{1,12}$")
-    note: str = Field(max_length=500)
-
-
-def followup_script(turn: Transcript, declared: set[str]) -> str | tuple[str, dict[str, Any]]:
-    """The parcels script, except that asked to follow up, the agent asks the courier."""
-    found = next(filter(None, (parcels.PARCEL_NUMBER.search(text) for text in turn.said)), None)
-    if found is None or "follow up" not in turn.text.lower():
-        return parcels.parcels_script(turn, declared)
-    number = found.group(0).upper()
-    if COURIER not in turn.results:
-        return (COURIER, {"parcel_id": number, "note": turn.text[:500]})
-    asked = turn.results[COURIER]
-    if "error" in asked:
-        return f"I could not ask the courier about parcel {number}: {asked['error']}"
-    return f"A colleague will follow up on parcel {number} with the courier."
+COURIER = parcels.COURIER
 
 
 @pytest.fixture
-def courier_desk(monkeypatch) -> dict[str, dict[str, Any]]:
-    """The follow-up tool and its script, registered for one test; returns the courier's
-    desk: each request it registered, by the key of the call that asked."""
-    desk: dict[str, dict[str, Any]] = {}
-
-    def ask_courier(args: CourierArgs, context: ToolContext) -> dict[str, Any]:
-        parcel = Parcel.objects.filter(
-            merchant_id=context.merchant_id, customer_id=context.account_id, number=args.parcel_id
-        ).first()
-        if parcel is None:
-            raise ToolError(f"there is no parcel {args.parcel_id} for this customer")
-        desk.setdefault(
-            context.idempotency_key,
-            {"run_id": context.run_id, "parcel_id": parcel.number, "note": args.note},
-        )
-        return {"status": "registered", "request": context.idempotency_key}
-
-    tool = Tool(
-        name=COURIER,
-        description="Ask a colleague to follow up with the courier about a parcel. "
-        "Call it alone, with no other tool in the same turn.",
-        args_model=CourierArgs,
-        policy=Policy.FOLLOWUP,
-        executor=ask_courier,
-    )
-    monkeypatch.setitem(TOOLS, COURIER, tool)
-    monkeypatch.setitem(extensions._registry.scripts, SCRIPT, followup_script)
-    return desk
+def courier_desk() -> dict[str, dict[str, Any]]:
+    """The colleagues' follow-up requests, by the key of the call that asked: empty before and
+    after the test."""
+    parcels.COURIER_DESK.clear()
+    yield parcels.COURIER_DESK
+    parcels.COURIER_DESK.clear()
 
 
 @pytest.fixture
@@ -85,7 +35,7 @@ def shop(db, courier_desk) -> Merchant:
     pat has parcel PCL-1 on its way."""
     shop = factories.merchant_create()
     factories.release_publish(
-        merchant=shop, model=f"scripted:{SCRIPT}", tools=[*parcels.TOOLS, COURIER]
+        merchant=shop, model=f"scripted:{parcels.SCRIPT}", tools=[*parcels.TOOLS, COURIER]
     )
     helpers.customer_with_parcel(shop, "PCL-1", username="pat")
     return shop

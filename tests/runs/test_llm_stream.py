@@ -61,7 +61,7 @@ def test_text_comes_word_by_word_to_the_sink_and_usage_from_the_last_chunk():
     chunks = [
         delta(role="assistant", content=""),
         delta(content="Your"),
-        delta(content=" refund"),
+        delta(content=" parcel"),
         delta(content=None),
         {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
         {"id": "c", "choices": [], "usage": USAGE},
@@ -71,22 +71,22 @@ def test_text_comes_word_by_word_to_the_sink_and_usage_from_the_last_chunk():
     response = read(chunks, sink)
 
     # then
-    assert response.content == "Your refund"
-    assert sink.texts == ["Your", " refund"]
+    assert response.content == "Your parcel"
+    assert sink.texts == ["Your", " parcel"]
     assert response.tool_calls == []
     assert response.usage == USAGE
 
 
 def test_tool_calls_streamed_in_pieces_and_interleaved_are_put_together_by_index():
     # given: two calls, their arguments cut in pieces as OpenAI sends them
-    first = {"id": "call_a", "type": "function", "function": {"name": "get_order", "arguments": ""}}
-    second = {"id": "call_b", "type": "function", "function": {"name": "refund", "arguments": ""}}
+    first = {"id": "call_a", "type": "function", "function": {"name": "track", "arguments": ""}}
+    second = {"id": "call_b", "type": "function", "function": {"name": "locker", "arguments": ""}}
     chunks = [
         delta(role="assistant", content=None, tool_calls=[{"index": 0, **first}]),
-        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"order'}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"parcel'}}]),
         delta(tool_calls=[{"index": 1, **second}]),
-        delta(tool_calls=[{"index": 0, "function": {"arguments": '_id": "A1"}'}}]),
-        delta(tool_calls=[{"index": 1, "function": {"arguments": '{"amount": "20.00"}'}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '_id": "PCL-1"}'}}]),
+        delta(tool_calls=[{"index": 1, "function": {"arguments": '{"parcel_id": "PCL-2"}'}}]),
         {"id": "c", "choices": [], "usage": None},
     ]
 
@@ -96,8 +96,8 @@ def test_tool_calls_streamed_in_pieces_and_interleaved_are_put_together_by_index
     # then
     assert response.content is None
     assert response.tool_calls == [
-        ToolCall(id="call_a", name="get_order", arguments='{"order_id": "A1"}'),
-        ToolCall(id="call_b", name="refund", arguments='{"amount": "20.00"}'),
+        ToolCall(id="call_a", name="track", arguments='{"parcel_id": "PCL-1"}'),
+        ToolCall(id="call_b", name="locker", arguments='{"parcel_id": "PCL-2"}'),
     ]
     assert response.usage == {}
 

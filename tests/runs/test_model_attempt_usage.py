@@ -26,6 +26,7 @@ from tests.conftest import wait_for
 from tests.extension_app import parcels
 from tests.runs import helpers
 from tests.runs.conversation_helpers import say
+from tests.runs.helpers import attempts
 from tests.threads import Background
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,14 +75,6 @@ def _worker_in_the_call(endpoint) -> tuple[Lease, Background]:
     working = Background(lambda: worker.run_slices([lease]))
     wait_for(lambda: endpoint.in_flight >= 1, timeout=10, interval=0.01)
     return lease, working
-
-
-def _attempts(run_id) -> list[tuple]:
-    return list(
-        ModelAttempt.objects.filter(run_id=run_id)
-        .order_by("step", "attempt")
-        .values_list("step", "attempt", "status")
-    )
 
 
 def _types(run_id) -> list[str]:
@@ -206,11 +199,11 @@ def test_an_answer_that_comes_after_the_lease_expired_records_its_usage_and_noth
     # when another worker takes the run over, it leaves that attempt as it is
     taken = helpers.run_claim()
     assert (taken.run_id, taken.token) == (AgentRun.objects.get(pk=run_id).pk, 2)
-    assert _attempts(run_id) == [(0, 1, AttemptStatus.RESPONDED), (0, 2, AttemptStatus.STARTED)]
+    assert attempts(run_id) == [(0, 1, AttemptStatus.RESPONDED), (0, 2, AttemptStatus.STARTED)]
     worker.run_slices([taken])
 
     # then the run completes once, on the second call
-    assert _attempts(run_id) == [(0, 1, AttemptStatus.RESPONDED), (0, 2, AttemptStatus.RESPONDED)]
+    assert attempts(run_id) == [(0, 1, AttemptStatus.RESPONDED), (0, 2, AttemptStatus.RESPONDED)]
     assert ModelAttempt.objects.get(run_id=run_id, attempt=1).usage == STUB_USAGE
     assert_taken_over_and_completed_once(run_id)
 
@@ -227,7 +220,7 @@ def test_a_call_given_up_after_the_lease_expired_is_recorded_abandoned(shop, mod
 
     # then the worker gives the call up and says so on its attempt, and commits nothing else
     wait_for(
-        lambda: _attempts(run_id) == [(0, 1, AttemptStatus.ABANDONED)], timeout=10, interval=0.05
+        lambda: attempts(run_id) == [(0, 1, AttemptStatus.ABANDONED)], timeout=10, interval=0.05
     )
     working.join()
     assert ModelAttempt.objects.get(run_id=run_id).finished_at is not None
@@ -235,9 +228,9 @@ def test_a_call_given_up_after_the_lease_expired_is_recorded_abandoned(shop, mod
 
     # and another worker that takes the run over leaves that attempt as it is
     taken = helpers.run_claim()
-    assert _attempts(run_id) == [(0, 1, AttemptStatus.ABANDONED), (0, 2, AttemptStatus.STARTED)]
+    assert attempts(run_id) == [(0, 1, AttemptStatus.ABANDONED), (0, 2, AttemptStatus.STARTED)]
     worker.run_slices([taken])
-    assert _attempts(run_id) == [(0, 1, AttemptStatus.ABANDONED), (0, 2, AttemptStatus.RESPONDED)]
+    assert attempts(run_id) == [(0, 1, AttemptStatus.ABANDONED), (0, 2, AttemptStatus.RESPONDED)]
     assert_taken_over_and_completed_once(run_id)
 
 

@@ -9,10 +9,9 @@ import pytest
 from runs import deltas, worker
 from runs.models import AttemptStatus, ModelAttempt, RunStatus, ToolExecution, ToolStatus
 from tests.extension_app import parcels
-from tests.runs.helpers import RecordingChannel
+from tests.runs.helpers import RecordingChannel, attempts
 from tests.runs.openai_server import (
     USAGE,
-    attempts_of,
     event_types,
     parcel_agent,
     pat_asks,
@@ -161,4 +160,4 @@ def test_openai_bad_tool_call_gets_error_result_and_run_completes(
         parcels.TRACK
     ]
     assert tool_results(server.requests[1]) == [execution.result]
-    assert [s for _, _, s in attempts_of(run)] == [AttemptStatus.RESPONDED] * 2
+    assert [s for _, _, s in attempts(run.pk)] == [AttemptStatus.RESPONDED] * 2

@@ -16,9 +16,9 @@ from runs.models import (
     RunStatus,
     ToolExecution,
 )
+from tests.runs.helpers import attempts
 from tests.runs.openai_server import (
     always_failing,
-    attempts_of,
     event_types,
     failing_first,
     parcel_agent,
@@ -46,9 +46,9 @@ def test_openai_server_error_once_is_retried_as_a_second_attempt(
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED
     assert run.result == "Parcel PCL-1 is in transit."
-    attempts = attempts_of(run)
-    assert attempts[:2] == [(0, 1, AttemptStatus.FAILED), (0, 2, AttemptStatus.RESPONDED)]
-    assert [status for _, _, status in attempts[2:]] == [AttemptStatus.RESPONDED]
+    made = attempts(run.pk)
+    assert made[:2] == [(0, 1, AttemptStatus.FAILED), (0, 2, AttemptStatus.RESPONDED)]
+    assert [status for _, _, status in made[2:]] == [AttemptStatus.RESPONDED]
     failed = ModelAttempt.objects.get(run=run, step=0, attempt=1)
     assert "500" in failed.error or "InternalServerError" in failed.error
     assert failed.usage == {}
@@ -73,7 +73,7 @@ def test_openai_server_always_failing_fails_run_with_model_error(
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.error_code == ErrorCode.MODEL_ERROR
-    assert attempts_of(run) == [(0, 1, AttemptStatus.FAILED), (0, 2, AttemptStatus.FAILED)]
+    assert attempts(run.pk) == [(0, 1, AttemptStatus.FAILED), (0, 2, AttemptStatus.FAILED)]
     assert len(server.requests) == 2
     assert run.model_calls == 2
     assert not ToolExecution.objects.filter(run=run).exists()
@@ -106,7 +106,7 @@ def test_an_unreachable_endpoint_fails_the_run_with_model_error_and_frees_its_sl
     # then both attempts failed, the run failed with MODEL_ERROR, and it holds no slot
     run.refresh_from_db()
     assert (run.status, run.error_code) == (RunStatus.FAILED, ErrorCode.MODEL_ERROR)
-    assert attempts_of(run) == [(0, 1, AttemptStatus.FAILED), (0, 2, AttemptStatus.FAILED)]
+    assert attempts(run.pk) == [(0, 1, AttemptStatus.FAILED), (0, 2, AttemptStatus.FAILED)]
     assert "APIConnectionError" in run.error_detail
     assert run.finished_at is not None
 

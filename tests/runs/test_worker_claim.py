@@ -33,7 +33,9 @@ from tests.runs.helpers import (
     STATUS_QUESTION,
     assert_completed_once,
     assert_timeline_contiguous,
+    attempts,
     customer_with_parcel,
+    expire_lease,
     queue,
     shop_create,
     tool_started,
@@ -42,20 +44,6 @@ from tests.runs.helpers import (
 from tests.threads import Background, in_threads_numbered
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def expire_lease(run_id) -> None:
-    AgentRun.objects.filter(pk=run_id).update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1)
-    )
-
-
-def attempts(run_id) -> list[tuple[int, int, str]]:
-    return list(
-        ModelAttempt.objects.filter(run_id=run_id)
-        .order_by("step", "attempt")
-        .values_list("step", "attempt", "status")
-    )
 
 
 # --- claiming races ------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import time_machine
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from agentportal.models import Membership, Merchant
 from agentportal.services import membership_revoke
@@ -41,8 +40,10 @@ from tests.runs.helpers import (
     LOCKER_QUESTION,
     assert_completed_once,
     assert_timeline_contiguous,
+    attempts,
     customer_with_parcel,
     events,
+    expire_lease,
     queue,
     shop_create,
     tool_started,
@@ -70,20 +71,6 @@ def shop_with_limits(**limits: int) -> Merchant:
         published=True,
     )
     return shop
-
-
-def expire_lease(run_id) -> None:
-    AgentRun.objects.filter(pk=run_id).update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1)
-    )
-
-
-def attempts(run_id) -> list[tuple[int, int, str]]:
-    return list(
-        ModelAttempt.objects.filter(run_id=run_id)
-        .order_by("step", "attempt")
-        .values_list("step", "attempt", "status")
-    )
 
 
 def started_events(run_id) -> list[dict]:

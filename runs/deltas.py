@@ -31,6 +31,8 @@ FLUSH_SECONDS = 0.1
 # NOTIFY payloads must stay under 8000 bytes; longer text is sent in parts, each under it
 # even when every character is escaped in JSON (12 bytes for one outside the basic plane).
 MAX_TEXT = 600
+# How often a web process looks for answers and ends to forget (runs.delta_channels).
+SWEEP_SECONDS = 1.0
 
 
 def run_ended(run_id) -> None:
@@ -121,6 +123,7 @@ class DeltaHub(Subscriptions[str, Callable[[dict[str, Any]], None]]):
         super().__init__()
         self.answers: dict[str, Answer] = {}
         self.ended: dict[str, float] = {}
+        self.swept_at = 0.0
 
     def watch(self, run_id, callback: Callable[[dict[str, Any]], None]) -> Answer | None:
         """Call `callback` with each message about the run from now on; returns what the run
@@ -155,7 +158,13 @@ class DeltaHub(Subscriptions[str, Callable[[dict[str, Any]], None]]):
         self._forget_old()
 
     def _forget_old(self) -> None:
-        limit = time.monotonic() - FORGET_SECONDS
+        # Once a second at most: the runs ended in the last ten minutes are many, and the
+        # messages that come in a second more.
+        now = time.monotonic()
+        if now - self.swept_at < SWEEP_SECONDS:
+            return
+        self.swept_at = now
+        limit = now - FORGET_SECONDS
         for run in [run for run, answer in self.answers.items() if answer.heard_at < limit]:
             del self.answers[run]
         for run in [run for run, at in self.ended.items() if at < limit]:

@@ -145,3 +145,30 @@ def test_long_text_is_published_in_parts_that_fit_a_notification():
     [messages] = recorder.statements
     assert [len(m["text"]) for m in messages] == [deltas.MAX_TEXT, deltas.MAX_TEXT, 5]
     assert all(len(delta_channels.encode(m)) < 8000 for m in messages)
+
+
+def test_a_hub_forgets_old_answers_and_ends_at_most_once_a_second(monkeypatch):
+    # given: a hub that heard an answer begin and a run end, at second 1000
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    hub = DeltaHub()
+    hub.hear({"run": "talking", "gen": "1.1", "seq": 1, "text": "Hal", "at": 0})
+    hub.hear({"run": "stopped", "end": True})
+
+    # when: nothing more is heard of them for longer than they are kept, then a message comes
+    clock[0] += delta_channels.FORGET_SECONDS + 0.5
+    hub.hear({"run": "other", "gen": "1.1", "seq": 1, "text": "Hi", "at": 0})
+
+    # then: both are forgotten
+    assert "talking" not in hub.answers
+    assert "stopped" not in hub.ended
+
+    # and a message within a second of that sweep does not sweep again
+    hub.hear({"run": "later", "end": True})
+    hub.ended["later"] -= delta_channels.FORGET_SECONDS * 2
+    clock[0] += 0.5
+    hub.hear({"run": "another", "gen": "1.1", "seq": 1, "text": "Hi", "at": 0})
+    assert "later" in hub.ended
+    clock[0] += deltas.SWEEP_SECONDS
+    hub.hear({"run": "another", "gen": "1.1", "seq": 2, "text": "!", "at": 0})
+    assert "later" not in hub.ended

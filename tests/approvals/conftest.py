@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.approvals.approval_api_helpers import DECISION, RESUME, Endpoint
 from tests.approvals.webhook_helpers import SECRET, Receiver
 
 
@@ -26,3 +27,8 @@ def receiver(demo, allow_private):
     yield start
     for hook in made:
         hook.close()
+
+
+@pytest.fixture(params=[RESUME, DECISION], ids=lambda e: e.name)
+def endpoint(request) -> Endpoint:
+    return request.param

@@ -1,0 +1,11 @@
+"""Shared by the tests of who may see, start and list runs (API.md): the runs' address, a
+run's body, and a run started with an Idempotency-Key."""
+
+RUNS = "/api/v1/runs"
+BODY = {"message": "What is the status of order ORD-1001?"}
+
+
+def post_run(client, key: str, body: dict | None = None):
+    return client.post(
+        RUNS, BODY if body is None else body, format="json", HTTP_IDEMPOTENCY_KEY=key
+    )

@@ -1,7 +1,8 @@
 """Claiming runs fairly within each shop's capacity, and the model attempts a claim or a step
 records before the model is called."""
 
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -46,6 +47,7 @@ def runs_claim(*, limit: int, processes: int = 1) -> list[Lease]:
     and their Merchant rows' locks make the capacity checks exact across workers.
     """
     leases: list[Lease] = []
+    turns = _Turns(dealt_from=timezone.now())
     for _ in range(100):
         room = limit - len(leases)
         with connection.cursor() as cursor:
@@ -56,11 +58,12 @@ def runs_claim(*, limit: int, processes: int = 1) -> list[Lease]:
         # One at a time round the shops: each gets the same, the first ones one more.
         each, more = divmod(room, len(candidates))
         shares = {shop: each + (index < more) for index, shop in enumerate(candidates)}
+        turns.deal_round(candidates, rounds=each + (more > 0))
         progress = False
         for start in range(0, len(candidates), CLAIM_SHOPS):
             claimed, failed = _claim_from(
                 candidates[start : start + CLAIM_SHOPS],
-                places={shop: index for index, shop in enumerate(candidates)},
+                turns=turns,
                 shares=shares,
                 limit=limit - len(leases),
                 processes=processes,
@@ -74,22 +77,41 @@ def runs_claim(*, limit: int, processes: int = 1) -> list[Lease]:
     return leases
 
 
+@dataclass
+class _Turns:
+    """When each shop's last run of a claim was dealt, as if one at a time round all the
+    claim's shops, a microsecond apart, on one clock for the whole claim: with the same time
+    for all, the shops that got one more would be the first by id again at the next claim;
+    with each transaction's own clock, the shops of its first CLAIM_SHOPS would be, and either
+    way some shops would run faster than the others for good."""
+
+    dealt_from: datetime
+    places: dict[int, int] = field(default_factory=dict)
+    # Microseconds dealt so far: a round of the claim is `rounds` times round its shops.
+    passed: int = 0
+    round_length: int = 0
+
+    def deal_round(self, candidates: list[int], *, rounds: int) -> None:
+        self.passed += self.round_length
+        self.places = {shop: index for index, shop in enumerate(candidates)}
+        self.round_length = rounds * len(candidates)
+
+    def last_dealt(self, shop: int, *, runs: int) -> datetime:
+        dealt = self.passed + (runs - 1) * len(self.places) + self.places[shop]
+        return self.dealt_from + timedelta(microseconds=dealt)
+
+
 def _claim_from(
     candidates: list[int],
     *,
-    places: dict[int, int],
+    turns: _Turns,
     shares: dict[int, int],
     limit: int,
     processes: int,
 ) -> tuple[list[Lease], int]:
     """Claim up to its share of runs from each shop in `candidates`, in their order, and
     `limit` in all; the leases, and how many of the runs found had to be failed instead (past
-    their deadline or out of budget).
-
-    Each shop's last_scheduled_at is when its last run was dealt, as if one at a time round
-    all the claim's shops (`places`: their order), a microsecond apart: with the same time for
-    all, the shops that got one more would be the first by id again at the next claim, and
-    run faster than the others for good."""
+    their deadline or out of budget). Each shop claimed from is scheduled at its turn."""
     with transaction.atomic():
         now = timezone.now()
         ids = shop_ids(candidates)
@@ -115,7 +137,7 @@ def _claim_from(
                 quotas[merchant_id] = min(shares[merchant_id], limit - sum(quotas.values()))
         found = _next_runs(quotas, now)
         claims: list[tuple[RunChange, Lease, ModelAttempt | None]] = []
-        turns = {}
+        scheduled = {}
         for merchant_id, runs in found.items():
             merchant = merchants[merchant_id]
             free = _free_slots(merchant, occupied.get(merchant_id, 0))
@@ -131,13 +153,12 @@ def _claim_from(
                 change.run.merchant = merchant
             claims += taken
             if taken:
-                dealt = (len(taken) - 1) * len(places) + places[merchant_id]
-                turns[merchant_id] = now + timedelta(microseconds=dealt)
+                scheduled[merchant_id] = turns.last_dealt(merchant_id, runs=len(taken))
         if not claims:
             return [], 0
         _claims_update([change for change, _lease, _attempt in claims], now)
         with connection.cursor() as cursor:
-            cursor.execute(SCHEDULED_SQL, shops_scheduled(turns))
+            cursor.execute(SCHEDULED_SQL, shops_scheduled(scheduled))
         run_changes_write([change for change, _lease, _attempt in claims], now)
         attempts = []
         for change, lease, attempt in claims:

@@ -165,3 +165,18 @@ def test_a_worker_process_takes_only_its_share_of_a_shop_and_leaves_the_rest_to_
     # then: the shop is full, never over
     assert len(other) == 2
     assert _running_by_shop([merchant]) == {merchant.pk: 5}
+
+
+def test_claims_over_more_shops_than_one_round_deal_every_shop_the_same_over_time():
+    # given: twenty shops (three rounds of CLAIM_SHOPS) with more queued runs than are claimed
+    merchants = _shops_with_queued_runs(20, runs=14, capacity=50)
+    claimed = dict.fromkeys((merchant.pk for merchant in merchants), 0)
+
+    # when: ten claims with room for 24 runs, each claim's runs finished before the next
+    for _ in range(10):
+        for lease in services.runs_claim(limit=24):
+            claimed[lease.run.merchant_id] += 1
+        AgentRun.objects.filter(status=RunStatus.RUNNING).update(status=RunStatus.COMPLETED)
+
+    # then: the one run over the even share went round all the shops, not the first round's
+    assert sorted(claimed.values()) == [12] * 20

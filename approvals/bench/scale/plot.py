@@ -95,9 +95,11 @@ def _panel(path: str, points: list[dict], over: bool, x0: int, y0: int) -> list[
     ]
     for index, point in enumerate(points):
         x, y = at(index)
+        # The first point's figure goes right of it, clear of the axis's top figure.
+        figure_x, anchor = (x + 6, "start") if index == 0 else (x, "middle")
         parts += [
             f'<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>',
-            f'<text x="{x}" y="{y - 6}" text-anchor="middle">{values[index]:.1f}</text>',
+            f'<text x="{figure_x}" y="{y - 6}" text-anchor="{anchor}">{values[index]:.1f}</text>',
             f'<text x="{x}" y="{top + inner_h + 14}" text-anchor="middle">'
             f"{_short(point['runs'])}</text>",
         ]

@@ -5,7 +5,7 @@ RUNS = "/api/v1/runs"
 BODY = {"message": "What is the status of order ORD-1001?"}
 
 
-def post_run(client, key: str, body: dict | None = None):
-    return client.post(
-        RUNS, BODY if body is None else body, format="json", HTTP_IDEMPOTENCY_KEY=key
-    )
+def post_run(client, key: str | None, body: dict | None = None):
+    """POST a run, with `key` as its Idempotency-Key (None: without the header)."""
+    headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
+    return client.post(RUNS, BODY if body is None else body, format="json", **headers)

@@ -10,9 +10,9 @@ from agentportal.problems import CONTENT_TYPE
 from runs import worker
 from runs.models import AgentRun, RunEvent, RunStatus
 from tests import factories, http
+from tests.api.runs_helpers import RUNS
 from tests.problems import assert_problem
 
-RUNS = "/api/v1/runs"
 QUESTION = "What is the status of order ORD-1001?"
 
 

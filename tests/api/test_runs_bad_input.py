@@ -6,9 +6,8 @@ import pytest
 
 from agentportal.problems import CONTENT_TYPE
 from runs.models import AgentRun, RunEvent
+from tests.api.runs_helpers import RUNS
 from tests.problems import assert_problem
-
-RUNS = "/api/v1/runs"
 
 
 def assert_field_errors(body: dict) -> list[str]:

@@ -7,15 +7,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from runs.models import AgentRun, RunEvent, RunStatus
+from tests.api.runs_helpers import BODY, RUNS, post_run
 from tests.problems import assert_problem
-
-RUNS = "/api/v1/runs"
-BODY = {"message": "What is the status of order ORD-1001?"}
-
-
-def post_run(client, key: str | None, body: dict | None = None):
-    headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
-    return client.post(RUNS, BODY if body is None else body, format="json", **headers)
 
 
 def runs_of(username: str):

@@ -101,6 +101,10 @@ class ModelStub:
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except asyncio.CancelledError:
+            # stop() cancels the handlers; one that ends cancelled makes Python 3.11's stream
+            # callback log the cancellation as an error, so the handler ends quietly instead.
+            return
         finally:
             writer.close()
 

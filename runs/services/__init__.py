@@ -72,8 +72,8 @@ from runs.services.steps import (
     StepCommit,
     database_error_transient,
     model_attempt_finish,
-    run_update_guarded,
     runs_step_commit,
+    runs_update_guarded,
 )
 
 __all__ = [
@@ -115,12 +115,12 @@ __all__ = [
     "run_resume_locked",
     "run_snapshot_save_locked",
     "run_unpark",
-    "run_update_guarded",
     "run_wait_expire_locked",
     "run_wait_move_locked",
     "runs_claim",
     "runs_release",
     "runs_step_commit",
+    "runs_update_guarded",
     "tick_enqueue",
     "ticks_for_queued",
     "tool_execution_record_locked",

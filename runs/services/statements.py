@@ -12,6 +12,8 @@ filled in per call are the SET clause (the same for the same fields) and the loc
 same for the same database).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection
@@ -318,6 +320,20 @@ def assignments(model, fields: dict[str, Any]) -> tuple[str, list[Any]]:
         f"{connection.ops.quote_name(model._meta.get_field(name).column)} = %s" for name in fields
     ]
     return ", ".join(clause), [prepared(model, name, value) for name, value in fields.items()]
+
+
+@contextmanager
+def pipelined() -> Iterator[None]:
+    """Send the block's statements without waiting for each answer, and take all the answers
+    at its end: on PostgreSQL one round trip for all of them (psycopg's pipeline mode) rather
+    than one each. A statement's rowcount is known only after the block, and its error is
+    raised at the block's end. SQLite answers in-process: there, each runs as it comes."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.connection.pipeline():
+        yield
 
 
 def run_pk(run_id) -> Any:

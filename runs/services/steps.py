@@ -28,6 +28,7 @@ from runs.services.statements import (
     GUARDED_UPDATE_SQL,
     assignments,
     held_by_params,
+    pipelined,
 )
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class StepCommit:
-    """What one graph step commits, all at once, under run_update_guarded."""
+    """What one graph step commits, all at once, under runs_update_guarded."""
 
     next_node: str
     advance_step: bool = True
@@ -63,28 +64,37 @@ class _StepChange:
     held: bool = False
 
 
-def run_update_guarded(lease: Lease, fields: dict[str, Any]) -> bool:
-    """Apply `fields` to a run with one conditional UPDATE, the one guard against stale
-    writers; True when the worker still holds the run.
+def runs_update_guarded(updates: list[tuple[Lease, dict[str, Any]]]) -> list[bool]:
+    """Apply each (lease, fields) to its run with one conditional UPDATE, the one guard
+    against stale writers; for each, True when the worker still holds the run.
 
     The UPDATE matches only while the worker still holds the run (statements.held_by_sql:
     RUNNING under its lease token and control version, unexpired), unchanged since the worker
     last wrote it, its merchant active and its account still a member; it takes the row's lock
-    on PostgreSQL (SQLite holds its write lock from BEGIN). Call inside the transaction that
-    writes the step: when it matches nothing, the step must write nothing.
+    on PostgreSQL (SQLite holds its write lock from BEGIN), in the order given. The updates go
+    in one round trip (pipelined). Call inside the transaction that writes the steps: a step
+    whose UPDATE matches nothing must write nothing.
     """
-    clause, params = assignments(AgentRun, fields)
-    params += [*held_by_params(lease, timezone.now()), lease.run.version, True, True]
-    with connection.cursor() as cursor:
-        cursor.execute(GUARDED_UPDATE_SQL.format(assignments=clause), params)
-        return cursor.rowcount == 1
+    cursors = []
+    now = timezone.now()
+    with pipelined():
+        for lease, fields in updates:
+            clause, params = assignments(AgentRun, fields)
+            params += [*held_by_params(lease, now), lease.run.version, True, True]
+            cursor = connection.cursor()
+            cursor.execute(GUARDED_UPDATE_SQL.format(assignments=clause), params)
+            cursors.append(cursor)
+    matched = [cursor.rowcount == 1 for cursor in cursors]
+    for cursor in cursors:
+        cursor.close()
+    return matched
 
 
 def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | Exception]:
     """Commit several runs' steps in one transaction: for each, its run or what stopped it
     (LostRun or AccessRevoked when its worker no longer holds it).
 
-    Each run's writes are guarded by its own conditional UPDATE (run_update_guarded): a run
+    Each run's writes are guarded by its own conditional UPDATE (runs_update_guarded): a run
     its worker lost, or whose access was revoked, commits nothing while the others commit.
     When the next node is the model, its STARTED attempt is recorded in the same commit, so
     the following model call costs no commit of its own. A step its worker lost still records
@@ -273,17 +283,22 @@ def _steps_write(steps: list[_StepChange], now) -> None:
         )
         if ending:
             locks.conversations_lock(ending)
-        for step in sorted(steps, key=lambda step: str(step.lease.run_id)):
-            step.held = run_update_guarded(step.lease, step.change.row_fields(now))
+        ordered = sorted(steps, key=lambda step: str(step.lease.run_id))
+        matched = runs_update_guarded(
+            [(step.lease, step.change.row_fields(now)) for step in ordered]
+        )
+        for step, held in zip(ordered, matched, strict=True):
+            step.held = held
         held = [step for step in steps if step.held]
-        for step in held:
-            commit, lease = step.commit, step.lease
-            if commit.attempt_status is not None and lease.attempt_id is not None:
-                _attempt_finish(lease.attempt_id, commit, now)
         executions = [execution for step in held for execution in step.commit.tool_executions]
-        if executions:
-            ToolExecution.objects.bulk_create(executions)
-        attempts_insert([(step.attempt, step.lease) for step in held if step.attempt])
+        with pipelined():
+            for step in held:
+                commit, lease = step.commit, step.lease
+                if commit.attempt_status is not None and lease.attempt_id is not None:
+                    _attempt_finish(lease.attempt_id, commit, now)
+            if executions:
+                ToolExecution.objects.bulk_create(executions)
+            attempts_insert([(step.attempt, step.lease) for step in held if step.attempt])
         run_changes_write([step.change for step in held], now)
         for step in held:
             if step.commit.on_locked is not None:

@@ -73,7 +73,6 @@ from runs.services.steps import (
     database_error_transient,
     model_attempt_finish,
     runs_step_commit,
-    runs_update_guarded,
 )
 
 __all__ = [
@@ -120,7 +119,6 @@ __all__ = [
     "runs_claim",
     "runs_release",
     "runs_step_commit",
-    "runs_update_guarded",
     "tick_enqueue",
     "ticks_for_queued",
     "tool_execution_record_locked",

@@ -75,19 +75,19 @@ def runs_update_guarded(updates: list[tuple[Lease, dict[str, Any]]]) -> list[boo
     in one round trip (pipelined). Call inside the transaction that writes the steps: a step
     whose UPDATE matches nothing must write nothing.
     """
-    cursors = []
     now = timezone.now()
-    with pipelined():
-        for lease, fields in updates:
-            clause, params = assignments(AgentRun, fields)
-            params += [*held_by_params(lease, now), lease.run.version, True, True]
-            cursor = connection.cursor()
-            cursor.execute(GUARDED_UPDATE_SQL.format(assignments=clause), params)
-            cursors.append(cursor)
-    matched = [cursor.rowcount == 1 for cursor in cursors]
-    for cursor in cursors:
-        cursor.close()
-    return matched
+    # A cursor each: a cursor's rowcount is its last statement's, read after the block.
+    cursors = [connection.cursor() for _ in updates]
+    try:
+        with pipelined():
+            for cursor, (lease, fields) in zip(cursors, updates, strict=True):
+                clause, params = assignments(AgentRun, fields)
+                params += [*held_by_params(lease, now), lease.run.version, True, True]
+                cursor.execute(GUARDED_UPDATE_SQL.format(assignments=clause), params)
+        return [cursor.rowcount == 1 for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
 
 
 def runs_step_commit(steps: list[tuple[Lease, StepCommit]]) -> list[AgentRun | Exception]:
